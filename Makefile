@@ -1,0 +1,57 @@
+# jobcap: built with PGXS against the server headers of the pg_config on PATH (PostgreSQL 15).
+#   make / make install        build and install into that PostgreSQL
+#   make installcheck          pg_regress suites against a throwaway instance (--temp-instance)
+#   make test                  everything: unit tests, regress, isolation, TAP, clients (test/run)
+#   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
+
+EXTENSION  = jobcap
+EXTVERSION = 0.1.0
+MODULE_big = jobcap
+
+CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp
+PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
+            src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
+            src/manage.cpp
+OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
+
+DATA = $(wildcard sql/jobcap--*.sql)
+
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input plans
+# pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
+REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
+               --load-extension=jobcap
+ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
+            assert_fence_holds claim_by_id_race claim_recheck
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolation \
+                 --temp-instance=build/installcheck/isolation/instance \
+                 --temp-config=test/regress.conf --load-extension=jobcap
+
+PG_CONFIG ?= pg_config
+
+# C++17 with every warning an error. The server headers are system headers (-isystem) so their
+# C idioms do not count against us.
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers \
+              -fno-omit-frame-pointer
+SHLIB_LINK += -lstdc++
+
+# Debian's PGXS wants LLVM bitcode for JIT inlining of every object. jobcap's functions are
+# called, not inlined into plans, so we build no bitcode and need no clang. (Set before the
+# include: pgxs.mk decides its targets as it is read.)
+override with_llvm = no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
+
+.PHONY: test demo unit
+test:
+	test/run
+demo:
+	test/demo
+unit:
+	test/run unit
+
+# test/run reads the suite lists from here: make -s print-REGRESS
+print-%:
+	@echo $($*)

@@ -1,0 +1,37 @@
+// Reading SQL arguments: each reader applies the rules of src/core/rules.hpp and raises the
+// matching error. A NULL is accepted only where the SQL signature's default is NULL.
+#pragma once
+
+#include "pg.hpp"
+
+namespace jobcap {
+
+struct NameArg {
+    Datum datum;       // the text, ready to bind as an SPI parameter
+    const char* cstr;  // the same, NUL-terminated, for messages
+};
+
+NameArg arg_queue(FunctionCallInfo fcinfo, int n);
+NameArg arg_worker(FunctionCallInfo fcinfo, int n);
+
+// A required positive integer, at most max.
+int32 arg_count(FunctionCallInfo fcinfo, int n, const char* what, int64 max);
+
+// An optional positive integer, at most max: false when NULL.
+bool arg_count_opt(FunctionCallInfo fcinfo, int n, const char* what, int64 max, int32* out);
+
+// A job id: required, positive.
+int64 arg_job_id(FunctionCallInfo fcinfo, int n);
+
+// A fence: required (any value; a fence that was never issued is simply not current).
+int64 arg_fence(FunctionCallInfo fcinfo, int n);
+
+// An interval: positive (or >= 0 when allow_zero) and at most ten years. When optional, a NULL
+// gives *is_null = true and returns 0.
+Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
+               bool* is_null);
+
+// A required argument with no rule beyond "not null".
+Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what);
+
+}  // namespace jobcap

@@ -1,0 +1,119 @@
+// claim_job and claim_job_by_id: the execution boundary. A job runs only after passing through
+// one of these statements, and each is ONE statement that locks, counts and caps:
+//   state -> running, attempts + 1, fence + 1, lease set, only while attempts < the cap.
+// However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
+// run past its cap, and the count is committed before any work starts.
+#include "args.hpp"
+#include "boundary.hpp"
+#include "plans.hpp"
+
+namespace jobcap {
+namespace {
+
+// The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
+// every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
+// LockRows sits under the LIMIT (rows skipped or re-checked away do not count). The UPDATE
+// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED.
+// $2 = worker, $3 = lease (NULL: the queue's).
+#define CLAIM_THE_COHORT                                                                          \
+    " claimed AS (UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"        \
+    "     fence = j.fence + 1, lease = coalesce($3, q.lease),"                                    \
+    "     lease_expires_at = statement_timestamp() + coalesce($3, q.lease), worker = $2,"         \
+    "     claimed_at = statement_timestamp(),"                                                    \
+    "     first_claimed_at = coalesce(j.first_claimed_at, statement_timestamp())"                 \
+    "   FROM jobcap.queues q"                                                                     \
+    "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"            \
+    "    AND j.state = 'pending' AND j.run_at <= statement_timestamp()"                           \
+    "    AND j.attempts < coalesce(j.max_attempts, q.max_attempts)"                               \
+    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap," \
+    "    j.payload, j.lease_expires_at, j.priority, j.run_at)"                                    \
+    " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
+    "  ORDER BY priority, run_at, job_id"
+
+// $1 = queue, $4 = batch.
+Statement claim_batch = {
+    "WITH cohort AS MATERIALIZED ("
+    "  SELECT j.job_id FROM jobcap.jobs j"
+    "   WHERE j.queue = $1 AND j.state = 'pending' AND j.run_at <= statement_timestamp()"
+    "     AND j.attempts < coalesce(j.max_attempts,"
+    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $1))"
+    "   ORDER BY j.priority, j.run_at, j.job_id"
+    "   LIMIT $4"
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
+    CLAIM_THE_COHORT,
+    4, {TEXTOID, TEXTOID, INTERVALOID, INT4OID}, nullptr};
+
+// $1 = job_id.
+Statement claim_one = {
+    "WITH cohort AS MATERIALIZED ("
+    "  SELECT j.job_id FROM jobcap.jobs j"
+    "   WHERE j.job_id = $1 AND j.state = 'pending' AND j.run_at <= statement_timestamp()"
+    "     AND j.attempts < coalesce(j.max_attempts,"
+    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
+    CLAIM_THE_COHORT,
+    3, {INT8OID, TEXTOID, INTERVALOID}, nullptr};
+
+Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
+Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
+
+// Copies the claimed rows into the function's result.
+void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
+{
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    for (uint64 r = 0; r < rows; ++r) {
+        Datum values[6];
+        bool nulls[6] = {false, false, false, false, false, false};
+        for (int c = 0; c < 6; ++c)
+            values[c] = column(r, c + 1);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+}
+
+}  // namespace
+}  // namespace jobcap
+
+using namespace jobcap;
+
+JOBCAP_FUNCTION(jobcap_claim_job)
+{
+    return guard("claim_job", [&]() -> Datum {
+        NameArg queue = arg_queue(fcinfo, 0);
+        NameArg worker = arg_worker(fcinfo, 1);
+        int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
+        bool no_lease = false;
+        Datum lease = arg_span(fcinfo, 3, "lease", false, true, &no_lease);
+        InitMaterializedSRF(fcinfo, 0);
+
+        Datum values[4] = {queue.datum, worker.datum, lease, Int32GetDatum(batch)};
+        char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
+        SPI_connect();
+        uint64 rows = run(claim_batch, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+            raise_unknown_queue(queue.cstr);
+        return_claimed(fcinfo, rows);
+        SPI_finish();
+        return (Datum) 0;
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_claim_job_by_id)
+{
+    return guard("claim_job_by_id", [&]() -> Datum {
+        int64 job_id = arg_job_id(fcinfo, 0);
+        NameArg worker = arg_worker(fcinfo, 1);
+        bool no_lease = false;
+        Datum lease = arg_span(fcinfo, 2, "lease", false, true, &no_lease);
+        InitMaterializedSRF(fcinfo, 0);
+
+        Datum values[3] = {Int64GetDatum(job_id), worker.datum, lease};
+        char nulls[4] = {' ', ' ', no_lease ? 'n' : ' ', '\0'};
+        SPI_connect();
+        uint64 rows = run(claim_one, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(job_exists, values, nullptr, SPI_OK_SELECT) == 0)
+            raise_unknown_job(job_id);
+        return_claimed(fcinfo, rows);
+        SPI_finish();
+        return (Datum) 0;
+    });
+}

@@ -1,0 +1,87 @@
+// enqueue_job: one INSERT that also checks the queue and resolves a dedupe key.
+#include "args.hpp"
+#include "boundary.hpp"
+#include "plans.hpp"
+
+namespace jobcap {
+namespace {
+
+constexpr std::size_t kMaxDedupeKey = 1024;
+
+// One statement: the queue must exist (no row otherwise); a dedupe key that matches a pending,
+// running or dead job inserts nothing and yields that job. The fallback lookup runs under the
+// same snapshot, so it can miss a conflicting job committed after it; the caller then retries.
+Statement insert_job = {
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, dedupe_key)"
+    "         SELECT q.queue, $2, $3, $4, $5, $6 FROM q"
+    "         ON CONFLICT (queue, dedupe_key)"
+    "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
+    "         DO NOTHING RETURNING job_id)"
+    " SELECT q.notify, coalesce((SELECT job_id FROM ins),"
+    "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
+    "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
+    " FROM q",
+    6, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID}, nullptr};
+
+}  // namespace
+}  // namespace jobcap
+
+using namespace jobcap;
+
+JOBCAP_FUNCTION(jobcap_enqueue_job)
+{
+    return guard("enqueue_job", [&]() -> Datum {
+        NameArg queue = arg_queue(fcinfo, 0);
+        Datum values[6];
+        char nulls[7] = "      ";
+        values[0] = queue.datum;
+        values[1] = arg_required(fcinfo, 1, "payload");
+        values[2] = arg_required(fcinfo, 2, "run_at");
+        if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[2])))
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("run_at must be a finite time")));
+        values[3] = arg_required(fcinfo, 3, "priority");
+        int32 cap = 0;
+        if (arg_count_opt(fcinfo, 4, "max_attempts", core::kMaxAttempts, &cap))
+            values[4] = Int32GetDatum(cap);
+        else
+            nulls[4] = 'n';
+        if (PG_ARGISNULL(5)) {
+            nulls[5] = 'n';
+            values[5] = (Datum) 0;
+        } else {
+            text* key = PG_GETARG_TEXT_PP(5);
+            std::size_t len = VARSIZE_ANY_EXHDR(key);
+            if (len == 0 || len > kMaxDedupeKey)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("dedupe_key must be 1 to %d bytes, not %zu",
+                                       static_cast<int>(kMaxDedupeKey), len)));
+            values[5] = PointerGetDatum(key);
+        }
+
+        SPI_connect();
+        int64 job_id = 0;
+        bool notify = false;
+        // A miss happens only when a job holding the key commits between the insert's conflict
+        // check and the lookup; at READ COMMITTED the next try sees it.
+        for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
+            if (run(insert_job, values, nulls, SPI_OK_SELECT) == 0)
+                raise_unknown_queue(queue.cstr);
+            bool missing = false;
+            Datum id = column(0, 2, &missing);
+            notify = DatumGetBool(column(0, 1));
+            if (!missing)
+                job_id = DatumGetInt64(id);
+        }
+        if (job_id == 0)
+            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                            errmsg("could not enqueue into queue \"%s\": its dedupe key kept changing hands",
+                                   queue.cstr),
+                            errhint("Retry the transaction.")));
+        if (notify)
+            Async_Notify("jobcap", queue.cstr);
+        SPI_finish();
+        PG_RETURN_INT64(job_id);
+    });
+}

@@ -1,0 +1,26 @@
+// Statements prepared once per backend and kept. Each family of SQL functions declares its
+// statements as `Statement` objects next to the code that runs them; the plan is made on first
+// use, kept with SPI_keepplan, and re-validated by PostgreSQL's plan cache when the tables
+// change (so DROP/CREATE EXTENSION in one session is safe).
+#pragma once
+
+#include "pg.hpp"
+
+namespace jobcap {
+
+struct Statement {
+    const char* sql;
+    int nargs;
+    Oid argtypes[8];
+    SPIPlanPtr plan;
+};
+
+// Executes s inside an open SPI connection with the given arguments (nulls as SPI wants them:
+// 'n' for null, ' ' otherwise) and checks that SPI answered `expected`. Returns the row count.
+uint64 run(Statement& s, Datum* values, const char* nulls, int expected);
+
+// Reads column `column` (1-based) of result row `row`; is_null may be nullptr when the column
+// cannot be null.
+Datum column(uint64 row, int column, bool* is_null = nullptr);
+
+}  // namespace jobcap

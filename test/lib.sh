@@ -1,0 +1,64 @@
+# Shared by test/run, test/demo and .ci/run: dependencies, a private install, a non-root runner.
+# shellcheck shell=bash
+
+JOBCAP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${JOBCAP_BUILD:-$JOBCAP_ROOT/build}
+PG_CONFIG=${PG_CONFIG:-pg_config}
+
+say() { printf '\033[1m== %s\033[0m\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Debian packages the tests need. Installed when missing and we are root; otherwise named.
+jobcap_deps() {
+    local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
+                python3-psycopg)
+    local missing=()
+    for p in "${want[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ]; then
+        say "installing ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
+            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; } \
+            || die "apt-get install ${missing[*]} failed"
+    else
+        die "missing packages: ${missing[*]} (sudo apt-get install ${missing[*]})"
+    fi
+}
+
+# A private copy of the PostgreSQL installation with jobcap installed into it, as PostgreSQL's
+# own "make check" does: binaries are hard links (PostgreSQL finds its lib and share
+# directories relative to its own executable), everything else symbolic links. Nothing is
+# installed system-wide, and two checkouts never share an installed jobcap.so.
+jobcap_tmp_install() {
+    local bindir sharedir libdir dest
+    bindir=$($PG_CONFIG --bindir); sharedir=$($PG_CONFIG --sharedir); libdir=$($PG_CONFIG --pkglibdir)
+    dest=$BUILD/tmp_install
+    if [ ! -x "$dest$bindir/postgres" ]; then
+        rm -rf "$dest"
+        mkdir -p "$dest$bindir" "$dest$libdir" "$dest$sharedir"
+        cp -al "$bindir/." "$dest$bindir/" 2>/dev/null || cp -a "$bindir/." "$dest$bindir/"
+        cp -as "$libdir/." "$dest$libdir/"
+        cp -as "$sharedir/." "$dest$sharedir/"
+    fi
+    make -C "$JOBCAP_ROOT" -s install DESTDIR="$dest" >/dev/null
+    TMP_BINDIR=$dest$bindir
+    export PATH="$TMP_BINDIR:$PATH"
+}
+
+# Runs a command as a user initdb accepts: ourselves, or postgres when we are root.
+as_tester() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u postgres -- env PATH="$PATH" "$@"
+    else
+        "$@"
+    fi
+}
+
+# A directory the tester can write.
+tester_dir() {
+    rm -rf "$1"; mkdir -p "$1"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$1"
+    return 0
+}
