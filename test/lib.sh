@@ -62,3 +62,17 @@ tester_dir() {
     [ "$(id -u)" -eq 0 ] && chown postgres: "$1"
     return 0
 }
+
+# Installs a Node package's dependencies from its lock file (npm ci), only when the lock file
+# changed since the last install: a warm node_modules needs no registry. When npm cannot reach
+# the registry but node_modules is complete for the lock file, we carry on with it.
+node_modules() {
+    local dir=$1
+    command -v node >/dev/null && command -v npm >/dev/null || { echo "node and npm are needed" >&2; return 1; }
+    if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+        return 0
+    fi
+    (cd "$dir" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error) && return 0
+    [ -f "$dir/node_modules/.package-lock.json" ] && { echo "npm ci failed; using the existing node_modules" >&2; return 0; }
+    return 1
+}

@@ -343,8 +343,12 @@ class Worker:
             self._settled(job, state, None)
         except JobTimeout as timeout:
             self._finish_handler()
-            # The interrupted statement may still be in flight: drop the connection, and with
-            # it the job's transaction, rather than trust its state.
+            # The interrupted statement may still be in flight: cancel it and drop the
+            # connection, and with it the job's transaction, rather than trust its state.
+            try:
+                conn.cancel()
+            except Exception:
+                pass
             self._disconnect()
             try:
                 self._connect()

@@ -349,10 +349,10 @@ class ProcessTest(Base):
         job_id = self.enqueue()
         proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
         try:
-            proc.wait(timeout=10)
+            out, _ = proc.communicate(timeout=10)
         finally:
             proc.kill()
-        out = proc.stdout.read()
+            proc.stdout.close()
         self.assertEqual(proc.returncode, jobcap.HANG_EXIT_STATUS, out)
         self.assertIn("ignored its timeout", out)
         state, attempts, _ = self.job(job_id)
