@@ -285,6 +285,11 @@ class Worker extends EventEmitter {
         'it goes back when its lease expires');
       return;
     }
+    // A checked-out client has no 'error' listener of the pool's: without ours, a connection
+    // that dies while the handler is between statements would crash the process.
+    let broken = null;
+    const onError = (err) => { broken = err; };
+    client.on('error', onError);
     const controller = new AbortController();
     job.client = client;
     job.signal = controller.signal;
@@ -313,7 +318,7 @@ class Worker extends EventEmitter {
       this._settled(job, state, null);
     } catch (err) {
       this._unwatch(entry);
-      if (isConnectionError(err) && !isStale(err)) {
+      if ((broken || isConnectionError(err)) && !isStale(err)) {
         destroy = true;
         this.logger.warn(`worker ${this.name}: job ${job.id} lost its connection (${err.message}); ` +
           'it goes back when its lease expires');
@@ -332,7 +337,8 @@ class Worker extends EventEmitter {
     } finally {
       this._unwatch(entry);
       this._entries.delete(job.id);
-      client.release(destroy ? true : undefined);
+      client.removeListener('error', onError);
+      client.release(destroy || broken ? true : undefined);
     }
   }
 

@@ -267,6 +267,29 @@ describe('wake-ups', () => {
   });
 });
 
+describe('connection loss mid-job', () => {
+  it('survives its job connection dying between statements', async () => {
+    await queue({ lease: 1000 });
+    const id = await enqueue();
+    let pid = null;
+    start(async (j) => {
+      if (j.attempt === 1) {
+        pid = (await j.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+        await sleep(400);  // the connection dies meanwhile: no statement is running on it
+      }
+      await writeEffect(j);
+    }, { lease: 1000, timeout: 800 });
+    await waitFor(() => pid !== null);
+    await db.query('SELECT pg_terminate_backend($1)', [pid]);
+    await sleep(1200);  // the lease runs out; the reaper takes it back
+    await db.query('SELECT jobcap.reap_jobs()');
+    await waitFor(async () => (await job(id)).state === 'succeeded');
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['succeeded']);
+    assert.equal((await job(id)).attempts, 2);
+    assert.deepEqual(await effects(id), [2]);
+  });
+});
+
 describe('processes', () => {
   function spawnWorker(mode, env = {}) {
     const child = spawn(process.execPath, [path.join(__dirname, '..', 'test-support', 'worker_script.js'),

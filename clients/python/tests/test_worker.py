@@ -310,6 +310,31 @@ class PollingTest(Base):
         wait_for(lambda: self.job(second)[0] == "succeeded")
 
 
+class ConnectionLossTest(Base):
+    queue_options = {"lease": 1}
+
+    def test_a_job_whose_connection_dies_goes_back_with_its_lease(self):
+        pids = []
+
+        def handle(job):
+            if job.attempt == 1:
+                pids.append(job.execute("SELECT pg_backend_pid()").fetchone()[0])
+                time.sleep(0.4)  # the connection dies meanwhile
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        job_id = self.enqueue()
+        self.start(handle, lease=1.0, timeout=0.8)
+        wait_for(lambda: pids)
+        self.conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        time.sleep(1.2)  # the lease runs out; the reaper takes it back
+        self.conn.execute("SELECT jobcap.reap_jobs()")
+        wait_for(lambda: self.job(job_id)[0] == "succeeded")
+        self.assertEqual([o[1] for o in self.outcomes], ["succeeded"])
+        self.assertEqual(self.job(job_id)[1], 2)
+        self.assertEqual(self.effects(job_id), [(2,)])
+
+
 class ProcessTest(Base):
     """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
 
