@@ -453,6 +453,7 @@ def run(args) -> int:
         freezes = [(t0 + E * 0.25, "py"), (t0 + E * 0.6, "node")]
         thaws = []
         froze = 0
+        frozen = []
         restart_at = t0 + E * 0.45 if args.server_restart else None
         restarts = 0
         progress = Progress(sys.stdout.isatty() and not args.quiet_progress)
@@ -478,8 +479,10 @@ def run(args) -> int:
             if now >= next_kill and now < kills_until:
                 fleet.kill_random(rng)
                 next_kill = now + rng.uniform(args.kill_every * 0.5, args.kill_every * 1.5)
-            while freezes and now >= freezes[0][0]:
-                _, lang = freezes.pop(0)
+            # A freeze waits (up to 5 s) for a worker that holds a lease: one frozen while idle
+            # exercises nothing.
+            if freezes and now >= freezes[0][0]:
+                due, lang = freezes[0]
                 try:
                     holding = {w for (w,) in db.get().execute(
                         "SELECT DISTINCT worker FROM jobcap.jobs WHERE queue = 'chaos'"
@@ -487,9 +490,18 @@ def run(args) -> int:
                 except psycopg.OperationalError:
                     holding = set()
                     db.close()
-                slot = fleet.freeze(lang, rng, holding)
+                if not any(fleet.names[s] in holding for s in fleet.alive(lang)) \
+                        and now < due + 5:
+                    holding = None
+                slot = fleet.freeze(lang, rng, holding) if holding is not None else None
+                if holding is not None:
+                    freezes.pop(0)
                 if slot is not None:
                     froze += 1
+                    frozen.append(fleet.names[slot])
+                    progress.show(f"[{now - t0:6.1f}s] SIGSTOP {fleet.names[slot]} "
+                                  f"({'holding a lease' if fleet.names[slot] in holding else 'idle'})"
+                                  f" for {args.lease + 2:g}s", force=True)
                     thaws.append((now + args.lease + 2.0, slot))
             for when, slot in list(thaws):
                 if now >= when:
@@ -533,6 +545,9 @@ def run(args) -> int:
             reaper.done.set()
             reaper.join()
         result = audit(db)
+        result["frozen_stale"] = db.get().execute(
+            "SELECT count(*) FROM events WHERE event LIKE 'stale:%%' AND worker = ANY(%s)",
+            (frozen,)).fetchone()[0]
         info = details(db)
         worker_log.flush()
         return report(args, result, info, fleet, froze, restarts, mode, elapsed, finished,
@@ -574,6 +589,7 @@ def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall)
     exercised("flaky jobs that succeeded", r["flaky_ok"], r["flaky_expected"])
     exercised("stale completions rejected", r["stale_rejected"])
     exercised("stale effects rejected (hangers, assert_fence)", r["stale_effects_rejected"])
+    exercised("stale calls rejected from SIGSTOPped workers", r["frozen_stale"])
     exercised("worker processes SIGKILLed (harness + killer jobs)",
               fleet.harness_kills + fleet.self_kills)
 
