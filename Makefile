@@ -11,12 +11,12 @@ MODULE_big = jobcap
 CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp
+            src/manage.cpp src/statements.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)
 
-REGRESS = lifecycle poison
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input plans
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
                --load-extension=jobcap

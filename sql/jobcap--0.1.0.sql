@@ -229,3 +229,10 @@ SELECT q.queue,
        WHERE e.kind OPERATOR(pg_catalog.<>) 'requeued'
          AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour')
        GROUP BY e.queue) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
+
+-- The statements jobcap prepares, for EXPLAIN: PREPARE p(<argtypes>) AS <sql>.
+CREATE FUNCTION jobcap.statements()
+RETURNS TABLE (name text, argtypes regtype[], sql text)
+LANGUAGE C STABLE ROWS 8
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_statements';

@@ -6,9 +6,10 @@
 #include "args.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 // The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
 // every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
@@ -54,6 +55,10 @@ Statement claim_one = {
     CLAIM_THE_COHORT,
     3, {INT8OID, TEXTOID, INTERVALOID}, nullptr};
 
+}  // namespace statements
+
+namespace {
+
 Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
 Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
 
@@ -88,7 +93,7 @@ JOBCAP_FUNCTION(jobcap_claim_job)
         Datum values[4] = {queue.datum, worker.datum, lease, Int32GetDatum(batch)};
         char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
         SPI_connect();
-        uint64 rows = run(claim_batch, values, nulls, SPI_OK_SELECT);
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
         if (rows == 0 && run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_queue(queue.cstr);
         return_claimed(fcinfo, rows);
@@ -109,7 +114,7 @@ JOBCAP_FUNCTION(jobcap_claim_job_by_id)
         Datum values[3] = {Int64GetDatum(job_id), worker.datum, lease};
         char nulls[4] = {' ', ' ', no_lease ? 'n' : ' ', '\0'};
         SPI_connect();
-        uint64 rows = run(claim_one, values, nulls, SPI_OK_SELECT);
+        uint64 rows = run(statements::claim_one, values, nulls, SPI_OK_SELECT);
         if (rows == 0 && run(job_exists, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_job(job_id);
         return_claimed(fcinfo, rows);

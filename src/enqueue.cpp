@@ -2,11 +2,14 @@
 #include "args.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
 namespace {
-
 constexpr std::size_t kMaxDedupeKey = 1024;
+}  // namespace
+
+namespace statements {
 
 // One statement: the queue must exist (no row otherwise); a dedupe key that matches a pending,
 // running or dead job inserts nothing and yields that job. The fallback lookup runs under the
@@ -24,7 +27,7 @@ Statement insert_job = {
     " FROM q",
     6, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID}, nullptr};
 
-}  // namespace
+}  // namespace statements
 }  // namespace jobcap
 
 using namespace jobcap;
@@ -66,7 +69,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
         // A miss happens only when a job holding the key commits between the insert's conflict
         // check and the lookup; at READ COMMITTED the next try sees it.
         for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
-            if (run(insert_job, values, nulls, SPI_OK_SELECT) == 0)
+            if (run(statements::insert_job, values, nulls, SPI_OK_SELECT) == 0)
                 raise_unknown_queue(queue.cstr);
             bool missing = false;
             Datum id = column(0, 2, &missing);

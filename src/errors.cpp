@@ -72,7 +72,7 @@ void raise_not_current(const char* function, int64 job_id, int64 fence)
             (errcode(kStaleFence),
              errmsg("fence %lld of job %lld is not current", static_cast<long long>(fence),
                     static_cast<long long>(job_id)),
-             errdetail("%s (%s refused: the job is %s, current fence %lld.)", why, function, state,
+             errdetail("%s (%s refused; job state %s, current fence %lld.)", why, function, state,
                        static_cast<long long>(current)),
              errhint("Stop working on this job: its effects in this transaction roll back.")));
     pg_unreachable();

@@ -7,9 +7,10 @@
 #include "boundary.hpp"
 #include "history.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 #define CAP "coalesce(j.max_attempts, q.max_attempts)"
 
@@ -46,12 +47,12 @@ Statement reap_cohort = {
     " SELECT job_id, queue, state FROM reaped ORDER BY job_id",
     1, {INT4OID}, nullptr};
 
-}  // namespace
+}  // namespace statements
 
 uint64 reap(int32 max_jobs)
 {
     Datum values[1] = {Int32GetDatum(max_jobs)};
-    return run(reap_cohort, values, nullptr, SPI_OK_SELECT);
+    return run(statements::reap_cohort, values, nullptr, SPI_OK_SELECT);
 }
 
 }  // namespace jobcap

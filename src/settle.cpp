@@ -7,9 +7,10 @@
 #include "history.hpp"
 #include "jobcap.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 Statement complete = {
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = statement_timestamp(),"
@@ -50,6 +51,10 @@ Statement assert_current = {
     " FOR NO KEY UPDATE",
     2, {INT8OID, INT8OID}, nullptr};
 
+}  // namespace statements
+
+namespace {
+
 // The error text as kept: at most jobcap.max_error_bytes, cut at a character boundary.
 Datum kept_error(text* error)
 {
@@ -77,7 +82,7 @@ JOBCAP_FUNCTION(jobcap_complete_job)
         Datum values[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
 
         SPI_connect();
-        if (run(complete, values, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
+        if (run(statements::complete, values, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
             raise_not_current("complete_job", job_id, fence);
         Datum state = column(0, 1);
         SPI_finish();
@@ -98,7 +103,7 @@ JOBCAP_FUNCTION(jobcap_fail_job)
         char nulls[5] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', '\0'};
 
         SPI_connect();
-        if (run(fail, values, nulls, SPI_OK_SELECT) == 0)
+        if (run(statements::fail, values, nulls, SPI_OK_SELECT) == 0)
             raise_not_current("fail_job", job_id, fence);
         Datum state = column(0, 1);
         SPI_finish();
@@ -117,7 +122,7 @@ JOBCAP_FUNCTION(jobcap_heartbeat)
         char nulls[4] = {' ', ' ', no_extend ? 'n' : ' ', '\0'};
 
         SPI_connect();
-        if (run(heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+        if (run(statements::heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
             raise_not_current("heartbeat", job_id, fence);
         Datum expires = column(0, 1);
         SPI_finish();
@@ -133,7 +138,7 @@ JOBCAP_FUNCTION(jobcap_assert_fence)
         Datum values[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
 
         SPI_connect();
-        if (run(assert_current, values, nullptr, SPI_OK_SELECT) == 0)
+        if (run(statements::assert_current, values, nullptr, SPI_OK_SELECT) == 0)
             raise_not_current("assert_fence", job_id, fence);
         SPI_finish();
         PG_RETURN_VOID();
