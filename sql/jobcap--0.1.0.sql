@@ -236,3 +236,29 @@ RETURNS TABLE (name text, argtypes regtype[], sql text)
 LANGUAGE C STABLE ROWS 8
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_statements';
+
+-- Batch and combined calls for throughput (one statement, one commit).
+
+CREATE FUNCTION jobcap.enqueue_jobs(
+    queue text,
+    payloads jsonb[],
+    run_at timestamptz DEFAULT now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
+
+CREATE FUNCTION jobcap.complete_and_claim(
+    job_id bigint,
+    fence bigint,
+    queue text,
+    worker text,
+    batch integer DEFAULT 1,
+    lease interval DEFAULT NULL)
+RETURNS TABLE (job_id bigint, fence bigint, attempt integer, max_attempts integer,
+               payload jsonb, lease_expires_at timestamptz)
+LANGUAGE C VOLATILE ROWS 1
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_and_claim';

@@ -102,6 +102,36 @@ JOBCAP_FUNCTION(jobcap_claim_job)
     });
 }
 
+// One commit per job instead of two: the previous job's completion (the same compare-and-swap
+// as complete_job) and the next claim run in the caller's one transaction. A stale fence raises
+// JC001 before anything is claimed.
+JOBCAP_FUNCTION(jobcap_complete_and_claim)
+{
+    return guard("complete_and_claim", [&]() -> Datum {
+        int64 job_id = arg_job_id(fcinfo, 0);
+        int64 fence = arg_fence(fcinfo, 1);
+        NameArg queue = arg_queue(fcinfo, 2);
+        NameArg worker = arg_worker(fcinfo, 3);
+        int32 batch = arg_count(fcinfo, 4, "batch", core::kMaxBatch);
+        bool no_lease = false;
+        Datum lease = arg_span(fcinfo, 5, "lease", false, true, &no_lease);
+        InitMaterializedSRF(fcinfo, 0);
+
+        Datum done[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
+        Datum values[4] = {queue.datum, worker.datum, lease, Int32GetDatum(batch)};
+        char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
+        SPI_connect();
+        if (run(statements::complete, done, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
+            raise_not_current("complete_and_claim", job_id, fence);
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+            raise_unknown_queue(queue.cstr);
+        return_claimed(fcinfo, rows);
+        SPI_finish();
+        return (Datum) 0;
+    });
+}
+
 JOBCAP_FUNCTION(jobcap_claim_job_by_id)
 {
     return guard("claim_job_by_id", [&]() -> Datum {

@@ -7,6 +7,22 @@
 namespace jobcap {
 namespace {
 constexpr std::size_t kMaxDedupeKey = 1024;
+constexpr int kMaxEnqueueBatch = 100000;
+
+// run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues.
+void schedule_args(FunctionCallInfo fcinfo, int first, Datum* values, char* nulls)
+{
+    values[0] = arg_required(fcinfo, first, "run_at");
+    if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[0])))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("run_at must be a finite time")));
+    values[1] = arg_required(fcinfo, first + 1, "priority");
+    int32 cap = 0;
+    if (arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &cap))
+        values[2] = Int32GetDatum(cap);
+    else
+        nulls[2] = 'n';
+}
 }  // namespace
 
 namespace statements {
@@ -27,6 +43,17 @@ Statement insert_job = {
     " FROM q",
     6, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID}, nullptr};
 
+// Many jobs, one statement: ids come back in the order of the payloads.
+Statement insert_jobs = {
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts)"
+    "         SELECT q.queue, p.payload, $3, $4, $5"
+    "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
+    "         RETURNING job_id)"
+    " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
+    " FROM q",
+    5, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID}, nullptr};
+
 }  // namespace statements
 }  // namespace jobcap
 
@@ -40,16 +67,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
         char nulls[7] = "      ";
         values[0] = queue.datum;
         values[1] = arg_required(fcinfo, 1, "payload");
-        values[2] = arg_required(fcinfo, 2, "run_at");
-        if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[2])))
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("run_at must be a finite time")));
-        values[3] = arg_required(fcinfo, 3, "priority");
-        int32 cap = 0;
-        if (arg_count_opt(fcinfo, 4, "max_attempts", core::kMaxAttempts, &cap))
-            values[4] = Int32GetDatum(cap);
-        else
-            nulls[4] = 'n';
+        schedule_args(fcinfo, 2, values + 2, nulls + 2);
         if (PG_ARGISNULL(5)) {
             nulls[5] = 'n';
             values[5] = (Datum) 0;
@@ -86,5 +104,36 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
             Async_Notify("jobcap", queue.cstr);
         SPI_finish();
         PG_RETURN_INT64(job_id);
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_enqueue_jobs)
+{
+    return guard("enqueue_jobs", [&]() -> Datum {
+        NameArg queue = arg_queue(fcinfo, 0);
+        Datum values[5];
+        char nulls[6] = "     ";
+        values[0] = queue.datum;
+        values[1] = arg_required(fcinfo, 1, "payloads");
+        ArrayType* payloads = DatumGetArrayTypeP(values[1]);
+        int count = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
+        if (count > kMaxEnqueueBatch)
+            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                            errmsg("cannot enqueue %d jobs in one call", count),
+                            errhint("Enqueue at most %d jobs per call.", kMaxEnqueueBatch)));
+        if (array_contains_nulls(payloads))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("payloads must not contain nulls")));
+        schedule_args(fcinfo, 2, values + 2, nulls + 2);
+
+        SPI_connect();
+        if (run(statements::insert_jobs, values, nulls, SPI_OK_SELECT) == 0)
+            raise_unknown_queue(queue.cstr);
+        bool notify = DatumGetBool(column(0, 1)) && count > 0;
+        Datum ids = SPI_datumTransfer(column(0, 2), false, -1);
+        if (notify)
+            Async_Notify("jobcap", queue.cstr);
+        SPI_finish();
+        PG_RETURN_DATUM(ids);
     });
 }

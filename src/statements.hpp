@@ -6,6 +6,7 @@
 namespace jobcap::statements {
 
 extern Statement insert_job;      // enqueue.cpp
+extern Statement insert_jobs;     // enqueue.cpp
 extern Statement claim_batch;     // claim.cpp
 extern Statement claim_one;       // claim.cpp
 extern Statement complete;        // settle.cpp
