@@ -11,6 +11,8 @@ constexpr std::size_t kMaxDedupeKey = 1024;
 // One statement: the queue must exist (no row otherwise); a dedupe key that matches a pending,
 // running or dead job inserts nothing and yields that job. The fallback lookup runs under the
 // same snapshot, so it can miss a conflicting job committed after it; the caller then retries.
+// Column 1 says whether to wake workers: only when a job was inserted (a dedupe hit enqueued
+// nothing, and re-enqueueing a dead key must leave the queue quiet).
 Statement insert_job = {
     "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, dedupe_key)"
@@ -18,7 +20,7 @@ Statement insert_job = {
     "         ON CONFLICT (queue, dedupe_key)"
     "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
     "         DO NOTHING RETURNING job_id)"
-    " SELECT q.notify, coalesce((SELECT job_id FROM ins),"
+    " SELECT q.notify AND EXISTS (SELECT FROM ins), coalesce((SELECT job_id FROM ins),"
     "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
     " FROM q",
