@@ -30,6 +30,8 @@ namespace statements {
 // One statement: the queue must exist (no row otherwise); a dedupe key that matches a pending,
 // running or dead job inserts nothing and yields that job. The fallback lookup runs under the
 // same snapshot, so it can miss a conflicting job committed after it; the caller then retries.
+// Column 1 says whether to wake workers: only when a job was inserted (a dedupe hit enqueued
+// nothing, and re-enqueueing a dead key must leave the queue quiet).
 Statement insert_job = {
     "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, dedupe_key)"
@@ -37,7 +39,7 @@ Statement insert_job = {
     "         ON CONFLICT (queue, dedupe_key)"
     "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
     "         DO NOTHING RETURNING job_id)"
-    " SELECT q.notify, coalesce((SELECT job_id FROM ins),"
+    " SELECT q.notify AND EXISTS (SELECT FROM ins), coalesce((SELECT job_id FROM ins),"
     "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
     " FROM q",
@@ -55,6 +57,28 @@ Statement insert_jobs = {
     5, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID}, nullptr};
 
 }  // namespace statements
+
+namespace {
+
+Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
+
+// At READ COMMITTED the insert's snapshot is taken after its lock on jobcap.jobs, which
+// drop_queue's lock excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
+// snapshot can predate a drop that committed since: check the queue in the latest state, as
+// PostgreSQL's foreign keys do. Our lock on jobs now keeps any later drop waiting for us.
+void check_queue_survived(const NameArg& queue)
+{
+    if (!IsolationUsesXactSnapshot())
+        return;
+    Datum values[1] = {queue.datum};
+    if (run_fresh(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not enqueue into queue \"%s\": it was dropped by a concurrent transaction",
+                               queue.cstr),
+                        errhint("Retry the transaction.")));
+}
+
+}  // namespace
 }  // namespace jobcap
 
 using namespace jobcap;
@@ -100,6 +124,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
                             errmsg("could not enqueue into queue \"%s\": its dedupe key kept changing hands",
                                    queue.cstr),
                             errhint("Retry the transaction.")));
+        check_queue_survived(queue);
         if (notify)
             Async_Notify("jobcap", queue.cstr);
         SPI_finish();
@@ -131,6 +156,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_jobs)
             raise_unknown_queue(queue.cstr);
         bool notify = DatumGetBool(column(0, 1)) && count > 0;
         Datum ids = SPI_datumTransfer(column(0, 2), false, -1);
+        check_queue_survived(queue);
         if (notify)
             Async_Notify("jobcap", queue.cstr);
         SPI_finish();
