@@ -1,6 +1,7 @@
 -- Bad input gets a clear error with a fitting SQLSTATE, never XX000, and writes nothing.
 \set VERBOSITY terse
-SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 3000, false) IS NOT NULL AS ids_reset;
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 3000, false) IS NOT NULL AS ids_reset,
+       setval('jobcap.fences', 300, false) IS NOT NULL AS fences_reset;
 SELECT jobcap.create_queue('ok');
 
 -- Names

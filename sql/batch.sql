@@ -1,7 +1,8 @@
 -- Calls for throughput: many jobs enqueued in one statement; complete-and-claim-next in one
 -- transaction (one commit per job), fenced like complete_job.
 \set VERBOSITY terse
-SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 4000, false) IS NOT NULL AS ids_reset;
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 4000, false) IS NOT NULL AS ids_reset,
+       setval('jobcap.fences', 400, false) IS NOT NULL AS fences_reset;
 SELECT jobcap.create_queue('bulk', backoff_base => '0', backoff_max => '0');
 
 SELECT jobcap.enqueue_jobs('bulk', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[], priority => 5) AS ids \gset

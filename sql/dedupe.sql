@@ -33,7 +33,7 @@ SELECT count(*) AS jobs_with_key, count(*) FILTER (WHERE state = 'pending') AS p
   FROM jobcap.jobs WHERE queue = 'ocr' AND dedupe_key = 'doc-7';
 SELECT count(*) AS claimable FROM jobcap.claim_job('ocr', 'w');
 
--- Only requeue_job revives it, and a live job holding the key stops that with 23505.
+-- Only requeue_job revives it, and a live job holding the key stops that (55000).
 SELECT jobcap.requeue_job(:third, 'fixed the tsvector size');
 SELECT state FROM jobcap.jobs WHERE job_id = :third;
 SELECT jobcap.cancel_job(:third);

@@ -40,7 +40,12 @@ CREATE TABLE jobcap.jobs (
 ) WITH (fillfactor = 90);
 COMMENT ON COLUMN jobcap.jobs.attempts IS 'Claims so far; incremented and capped inside the claim.';
 COMMENT ON COLUMN jobcap.jobs.max_attempts IS 'This job''s own cap; NULL follows its queue''s.';
-COMMENT ON COLUMN jobcap.jobs.fence IS 'Lease generation, bumped by every claim; also an idempotency key.';
+COMMENT ON COLUMN jobcap.jobs.fence IS 'Lease generation, new at every claim; also an idempotency key.';
+
+-- Fences come from a sequence, not fence + 1: a sequence does not roll back, so a claim whose
+-- transaction rolled back never hands its fence to the next claim. Every fence is unique
+-- across all jobs, which makes it a good idempotency key for external systems.
+CREATE SEQUENCE jobcap.fences AS bigint;
 
 -- The claim walks this index in claim order; nothing else is pending-and-ordered.
 CREATE INDEX jobs_claim ON jobcap.jobs (queue, priority, run_at, job_id) WHERE state = 'pending';

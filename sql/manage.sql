@@ -1,7 +1,8 @@
 -- cancel_job and requeue_job: the operator's hand on one job. Dead and cancelled are left only
 -- by requeue_job; nothing leaves succeeded; counters and fences never go back.
 \set VERBOSITY default
-SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 2000, false) IS NOT NULL AS ids_reset;
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 2000, false) IS NOT NULL AS ids_reset,
+       setval('jobcap.fences', 200, false) IS NOT NULL AS fences_reset;
 SELECT jobcap.create_queue('ops', max_attempts => 2, backoff_base => '0', backoff_max => '0');
 
 -- A pending job is cancelled at once and is never claimed.

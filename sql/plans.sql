@@ -23,7 +23,7 @@ BEGIN
   PERFORM set_config('plan_cache_mode', mode, true);
   EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                 'EXECUTE claim_probe(%L, %L, NULL, %s)', 'plans', 'probe', batch) INTO plan;
+                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s)', 'probe', 'plans', batch) INTO plan;
   DEALLOCATE claim_probe;
   RETURN plan::jsonb;
 END $$;
@@ -63,7 +63,7 @@ BEGIN
   SELECT * INTO s FROM jobcap.statements() WHERE name = 'reap_jobs';
   EXECUTE format('PREPARE reap_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                 'EXECUTE reap_probe(%s)', max_jobs) INTO plan;
+                 'EXECUTE reap_probe(%s, clock_timestamp())', max_jobs) INTO plan;
   DEALLOCATE reap_probe;
   RETURN plan::jsonb;
 END $$;

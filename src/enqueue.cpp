@@ -34,8 +34,9 @@ namespace statements {
 // nothing, and re-enqueueing a dead key must leave the queue quiet).
 Statement insert_job = {
     "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
-    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, dedupe_key)"
-    "         SELECT q.queue, $2, $3, $4, $5, $6 FROM q"
+    " ins AS (INSERT INTO jobcap.jobs"
+    "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at)"
+    "         SELECT q.queue, $2, $3, $4, $5, $6, $7 FROM q"
     "         ON CONFLICT (queue, dedupe_key)"
     "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
     "         DO NOTHING RETURNING job_id)"
@@ -43,18 +44,18 @@ Statement insert_job = {
     "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
     " FROM q",
-    6, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID}, nullptr};
+    7, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID}, nullptr};
 
 // Many jobs, one statement: ids come back in the order of the payloads.
 Statement insert_jobs = {
     "WITH q AS (SELECT queue, notify FROM jobcap.queues WHERE queue = $1),"
-    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts)"
-    "         SELECT q.queue, p.payload, $3, $4, $5"
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at)"
+    "         SELECT q.queue, p.payload, $3, $4, $5, $6"
     "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
     "         RETURNING job_id)"
     " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
     " FROM q",
-    5, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID}, nullptr};
+    6, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID}, nullptr};
 
 }  // namespace statements
 
@@ -87,8 +88,8 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
 {
     return guard("enqueue_job", [&]() -> Datum {
         NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[6];
-        char nulls[7] = "      ";
+        Datum values[7];
+        char nulls[8] = "       ";
         values[0] = queue.datum;
         values[1] = arg_required(fcinfo, 1, "payload");
         schedule_args(fcinfo, 2, values + 2, nulls + 2);
@@ -104,6 +105,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_job)
                                        static_cast<int>(kMaxDedupeKey), len)));
             values[5] = PointerGetDatum(key);
         }
+        values[6] = TimestampTzGetDatum(GetCurrentTimestamp());
 
         SPI_connect();
         int64 job_id = 0;
@@ -136,8 +138,8 @@ JOBCAP_FUNCTION(jobcap_enqueue_jobs)
 {
     return guard("enqueue_jobs", [&]() -> Datum {
         NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[5];
-        char nulls[6] = "     ";
+        Datum values[6];
+        char nulls[7] = "      ";
         values[0] = queue.datum;
         values[1] = arg_required(fcinfo, 1, "payloads");
         ArrayType* payloads = DatumGetArrayTypeP(values[1]);
@@ -150,6 +152,7 @@ JOBCAP_FUNCTION(jobcap_enqueue_jobs)
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("payloads must not contain nulls")));
         schedule_args(fcinfo, 2, values + 2, nulls + 2);
+        values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
 
         SPI_connect();
         if (run(statements::insert_jobs, values, nulls, SPI_OK_SELECT) == 0)

@@ -56,7 +56,7 @@ void raise_not_current(const char* function, int64 job_id, int64 fence)
     int64 current = DatumGetInt64(column(0, 2));
     const char* why;
     if (fence > current)
-        why = "That fence was never issued for this job.";
+        why = "That fence is newer than the job's: its claim rolled back, or it was never this job's.";
     else if (strcmp(state, "running") == 0 || fence < current)
         why = "The job's lease expired and it was claimed again under a newer fence.";
     else if (strcmp(state, "pending") == 0)

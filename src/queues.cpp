@@ -25,8 +25,11 @@ Statement update_queue = {
     6, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID}, nullptr};
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
-// check for active jobs and the deletes below see every job there will be.
-Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN SHARE ROW EXCLUSIVE MODE", 0, {}, nullptr};
+// check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
+// SHARE ROW EXCLUSIVE) so that it also waits for a worker holding assert_fence's row lock:
+// that worker already holds a lock on the table, so its complete_job goes ahead of the waiting
+// drop instead of deadlocking with it.
+Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", 0, {}, nullptr};
 
 Statement queue_activity = {
     "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
