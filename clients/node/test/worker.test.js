@@ -88,7 +88,7 @@ describe('stale fences', () => {
     const old = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w1')", [ctx.queue])).rows[0].fence);
     await expireAndReap(id);
     const current = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w2')", [ctx.queue])).rows[0].fence);
-    assert.equal(current, old + 1);
+    assert.ok(current > old);
     for (const call of [() => jobcap.complete(db, id, old), () => jobcap.fail(db, id, old, 'late'),
       () => jobcap.heartbeat(db, id, old), () => jobcap.assertFence(db, id, old)]) {
       await assert.rejects(call, (err) => {
@@ -157,7 +157,8 @@ describe('settling', () => {
     assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['stale', 'succeeded']);
     assert.ok(ctx.outcomes[0].error instanceof jobcap.StaleFenceError);
     assert.equal(ctx.outcomes[0].error.operation, 'complete_job');
-    assert.deepEqual(await effects(id), [2], 'only the current fence\'s write commits');
+    assert.deepEqual(await effects(id), [(await job(id)).fence], 'only the current fence\'s write commits');
+    assert.ok(ctx.outcomes[0].error.fence < (await job(id)).fence);
   });
 
   it('lets a handler assert its fence before it writes', async () => {
@@ -175,9 +176,10 @@ describe('settling', () => {
       await writeEffect(j);
     });
     await waitFor(async () => (await job(id)).state === 'succeeded');
-    assert.deepEqual(seen, [1]);
+    assert.equal(seen.length, 1);
+    assert.ok(seen[0] < (await job(id)).fence);
     assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['stale', 'succeeded']);
-    assert.deepEqual(await effects(id), [2]);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
   });
 });
 
@@ -200,7 +202,7 @@ describe('deadlines', () => {
     assert.ok(ctx.outcomes[0].error instanceof jobcap.JobTimeoutError);
     assert.ok(signals[0].aborted);
     assert.ok(signals[0].reason instanceof jobcap.JobTimeoutError);
-    assert.deepEqual(await effects(id), [2]);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
     const { rows } = await db.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'");
     assert.equal(rows[0].n, 0, 'the timed-out statement does not linger');
   });
@@ -286,7 +288,7 @@ describe('connection loss mid-job', () => {
     await waitFor(async () => (await job(id)).state === 'succeeded');
     assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['succeeded']);
     assert.equal((await job(id)).attempts, 2);
-    assert.deepEqual(await effects(id), [2]);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
   });
 });
 
@@ -311,8 +313,8 @@ describe('processes', () => {
     const { code } = await child.exited;
     assert.equal(code, 0, child.output);
     assert.match(child.output, /exited cleanly/);
-    assert.deepEqual(await job(first), { state: 'succeeded', attempts: 1, fence: 1 });
-    assert.deepEqual(await job(second), { state: 'pending', attempts: 0, fence: 0 });
+    assert.deepEqual({ ...(await job(first)), fence: undefined }, { state: 'succeeded', attempts: 1, fence: undefined });
+    assert.deepEqual({ ...(await job(second)), fence: undefined }, { state: 'pending', attempts: 0, fence: undefined });
   });
 
   it('kills a process whose event loop is blocked, before the lease runs out', async () => {
