@@ -4,6 +4,9 @@
 JOBCAP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${JOBCAP_BUILD:-$JOBCAP_ROOT/build}
 PG_CONFIG=${PG_CONFIG:-pg_config}
+# A script run from another (test/demo runs test/chaos/run) inherits a PATH that starts with the
+# private install, whose pg_config would describe the copy, not the system: drop it.
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v "^$BUILD/tmp_install/" | paste -sd: -)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
