@@ -671,6 +671,8 @@ def main() -> int:
     if not args.bindir:
         raise SystemExit("JOBCAP_PG_BINDIR is not set: run this through test/chaos/run")
     log(f"seed {args.seed}")
+    # Stopped from outside, it still stops its workers and its cluster (run's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     return run(args)
 
 

@@ -70,6 +70,9 @@ class Server {
       Object.entries(conf).map(([k, v]) => `${k} = ${v}\n`).join(''));
     this._run(['pg_ctl', '-D', this.data, '-l', path.join(this.dir, 'log'), '-w', 'start']);
     this.running = true;
+    // Whatever happens to the test process, the server goes with it.
+    this._onExit = () => this.stop();
+    process.once('exit', this._onExit);
     this.psql('CREATE EXTENSION jobcap');
     return this;
   }
@@ -81,6 +84,8 @@ class Server {
   }
 
   stop() {
+    if (this._onExit) process.removeListener('exit', this._onExit);
+    this._onExit = null;
     if (this.running) {
       this._run(['pg_ctl', '-D', this.data, '-m', 'fast', '-w', 'stop']);
       this.running = false;

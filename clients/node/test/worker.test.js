@@ -293,6 +293,10 @@ describe('connection loss mid-job', () => {
 });
 
 describe('processes', () => {
+  const children = [];
+  afterEach(() => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
   function spawnWorker(mode, env = {}) {
     const child = spawn(process.execPath, [path.join(__dirname, '..', 'test-support', 'worker_script.js'),
       JSON.stringify(server.connection), ctx.queue, mode], { env: { ...process.env, ...env } });
@@ -300,6 +304,7 @@ describe('processes', () => {
     child.stdout.on('data', (d) => { child.output += d; });
     child.stderr.on('data', (d) => { child.output += d; });
     child.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    children.push(child);  // a failed test leaves no worker behind
     return child;
   }
 

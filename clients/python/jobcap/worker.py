@@ -237,12 +237,13 @@ class Worker:
         log.info("worker %s: connected, listening for queue %s", self.name, self.queue)
 
     def _disconnect(self) -> None:
-        for attr in ("_conn", "_side"):
-            conn = getattr(self, attr)
-            setattr(self, attr, None)
-            if conn is not None:
+        conn, self._conn = self._conn, None
+        with self._side_lock:
+            side, self._side = self._side, None
+        for c in (conn, side):
+            if c is not None:
                 try:
-                    conn.close()
+                    c.close()
                 except Exception:
                     pass
 
@@ -332,8 +333,8 @@ class Worker:
         conn = self._conn
         assert conn is not None
         job.conn = conn
-        self._start(job)
         try:
+            self._start(job)
             try:
                 self.handler(job)
             finally:
@@ -452,7 +453,10 @@ class Worker:
                                                  application_name=f"jobcap side {self.name}"[:63])
                 sent = time.monotonic()
                 expires = sql.heartbeat(self._side, job.id, job.fence)
-            except psycopg.OperationalError:
+            except StaleFence:
+                raise
+            except BaseException:
+                # Lost, or interrupted mid-statement (JobTimeout): do not trust it again.
                 if self._side is not None:
                     self._side.close()
                 self._side = None
@@ -481,10 +485,11 @@ class Worker:
                 waiting = list(self._waiting)
             if current is not None and now >= deadline:
                 if not self._use_alarm and not interrupted:
-                    with self._lock:
-                        self._interrupted = True
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self._thread_id), ctypes.py_object(JobTimeout))
+                    with self._lock:  # still in that handler: _finish_handler takes this lock
+                        if self._in_handler and self._current is current:
+                            self._interrupted = True
+                            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                                ctypes.c_ulong(self._thread_id), ctypes.py_object(JobTimeout))
                 if self.exit_on_hang and now >= max(deadline, resumed) + self.grace:
                     log.critical("worker %s: job %d ignored its timeout; exiting before its "
                                  "lease runs out", self.name, current.id)

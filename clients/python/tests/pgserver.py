@@ -6,6 +6,7 @@ listens on a Unix socket in its own temporary directory only, so it collides wit
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import shutil
@@ -75,6 +76,7 @@ class Server:
         self._run(["pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w",
                    "start"])
         self.running = True
+        atexit.register(self.stop)  # whatever happens to the test process, the server goes too
         self.psql("CREATE EXTENSION jobcap")
         return self
 

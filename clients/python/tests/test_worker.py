@@ -344,10 +344,20 @@ class ProcessTest(Base):
     """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
 
     def spawn(self, mode, **env):
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "worker_script.py"), server.conninfo,
              self.queue, mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **{k: str(v) for k, v in env.items()}})
+        self.addCleanup(self.reap_process, proc)  # a failed test leaves no worker behind
+        return proc
+
+    @staticmethod
+    def reap_process(proc):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def test_sigterm_finishes_the_job_in_flight_and_claims_no_more(self):
         first, second = self.enqueue(), self.enqueue()
