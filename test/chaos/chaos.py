@@ -374,8 +374,19 @@ class Progress:
         self.last_line = 0.0
         self.width = 0
 
+    def event(self, text: str) -> None:
+        """A line of its own (the live line goes on below it)."""
+        if self.tty:
+            sys.stdout.write("\r" + text + " " * max(self.width - len(text), 0) + "\n")
+            sys.stdout.flush()
+            self.width = 0
+        else:
+            log(text)
+            self.last_line = time.monotonic()
+
     def show(self, text: str, force: bool = False) -> None:
         if self.tty:
+            text = text[:shutil.get_terminal_size((200, 24)).columns - 1]
             pad = max(self.width - len(text), 0)
             sys.stdout.write("\r" + text + " " * pad)
             sys.stdout.flush()
@@ -507,9 +518,9 @@ def run(args) -> int:
                 if slot is not None:
                     froze += 1
                     frozen.append(fleet.names[slot])
-                    progress.show(f"[{now - t0:6.1f}s] SIGSTOP {fleet.names[slot]} "
-                                  f"({'holding a lease' if fleet.names[slot] in holding else 'idle'})"
-                                  f" for {args.lease + 2:g}s", force=True)
+                    progress.event(f"[{now - t0:6.1f}s] SIGSTOP {fleet.names[slot]} "
+                                   f"({'holding a lease' if fleet.names[slot] in holding else 'idle'})"
+                                   f" for {args.lease + 2:g}s")
                     thaws.append((now + args.lease + 2.0, slot))
             for when, slot in list(thaws):
                 if now >= when:
@@ -517,8 +528,7 @@ def run(args) -> int:
                     thaws.remove((when, slot))
             if restart_at is not None and now >= restart_at:
                 restart_at = None
-                progress.show(f"[{now - t0:6.1f}s] restarting the server (pg_ctl -m immediate)",
-                              force=True)
+                progress.event(f"[{now - t0:6.1f}s] restarting the server (pg_ctl -m immediate)")
                 cluster.restart_immediate()
                 restarts += 1
                 db.close()
@@ -533,12 +543,12 @@ def run(args) -> int:
                 except psycopg.OperationalError:
                     db.close()
                 progress.show(
-                    f"[{now - t0:6.1f}s] enqueued {enqueued}/{len(jobs)}  succeeded "
-                    f"{counts.get('succeeded', 0)}  dead {counts.get('dead', 0)}  running "
-                    f"{counts.get('running', 0)}  pending {counts.get('pending', 0)}  | workers "
-                    f"py {len(fleet.alive('py'))} node {len(fleet.alive('node'))}  | SIGKILL "
-                    f"{fleet.harness_kills} + {fleet.self_kills} by killers, SIGSTOP {froze}, "
-                    f"server restarts {restarts}")
+                    f"[{now - t0:6.1f}s] enqueued {enqueued}/{len(jobs)} | succeeded "
+                    f"{counts.get('succeeded', 0)} dead {counts.get('dead', 0)} running "
+                    f"{counts.get('running', 0)} pending {counts.get('pending', 0)} | workers "
+                    f"{len(fleet.alive('py'))} py {len(fleet.alive('node'))} node | SIGKILL "
+                    f"{fleet.harness_kills}+{fleet.self_kills} killers, SIGSTOP {froze}, "
+                    f"restarts {restarts}")
                 if next_batch == len(batches) and not thaws and \
                         counts.get("pending", 0) + counts.get("running", 0) == 0 and counts:
                     finished = True
