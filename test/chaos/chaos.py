@@ -421,7 +421,8 @@ def detect_reaper(cluster: Cluster, db: Db, wanted: str) -> str:
         # The reaper must really be there: the audit would otherwise blame the clients.
         end = time.monotonic() + 15
         while not db.get().execute("SELECT count(*) FROM pg_stat_activity"
-                                   " WHERE backend_type LIKE 'jobcap%'").fetchone()[0]:
+                                   " WHERE backend_type LIKE 'jobcap%'"
+                                   " AND datname = current_database()").fetchone()[0]:
             if time.monotonic() > end:
                 raise SystemExit("jobcap is preloaded but no jobcap background process runs; "
                                  f"see {cluster.logfile}")
