@@ -16,6 +16,8 @@ jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
                 python3-psycopg)
     local missing=()
+    # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
+    command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     for p in "${want[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
