@@ -3,6 +3,8 @@
 #   make installcheck          pg_regress suites against a throwaway instance (--temp-instance)
 #   make test                  everything: unit tests, regress, isolation, TAP, clients, chaos --short (test/run)
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
+#   make bench                 jobcap beside a hand-written queue, pgbench, one table (~50 min;
+#                              not part of make test); make bench-quick is a short smoke run
 
 EXTENSION  = jobcap
 EXTVERSION = 0.1.0
@@ -49,11 +51,15 @@ all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit
+.PHONY: test demo unit bench bench-quick
 test:
 	test/run
 demo:
 	test/demo
+bench:
+	test/bench/run
+bench-quick:
+	test/bench/run --quick
 unit:
 	test/run unit
 
