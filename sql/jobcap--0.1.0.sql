@@ -50,6 +50,10 @@ CREATE INDEX jobs_running ON jobcap.jobs (queue) WHERE state = 'running';
 -- The reaper's over-cap sweep: a pending job can be over its cap only after an attempt, so
 -- fresh jobs (attempts = 0) stay out of this index and enqueue does not pay for it.
 CREATE INDEX jobs_retrying ON jobcap.jobs (queue) WHERE state = 'pending' AND attempts > 0;
+-- Retention (the background worker) deletes finished jobs by age. Only finished rows enter this
+-- index, so claims, heartbeats and retries never pay for it: one entry per job, at its end.
+CREATE INDEX jobs_finished ON jobcap.jobs (state, finished_at)
+    WHERE state IN ('succeeded', 'dead', 'cancelled');
 -- Dedupe keys are unique among the jobs that block re-enqueueing: pending, running and dead.
 CREATE UNIQUE INDEX jobs_dedupe ON jobcap.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead');
@@ -229,3 +233,17 @@ SELECT q.queue,
        WHERE e.kind OPERATOR(pg_catalog.<>) 'requeued'
          AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour')
        GROUP BY e.queue) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
+
+-- Warn at install time when no background worker serves this database, so nothing reaps it
+-- unless reap_jobs() is scheduled (docs: "Background worker").
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                    WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap reaper'
+                      AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
+        RAISE WARNING 'no jobcap background worker serves database "%"', pg_catalog.current_database()
+            USING HINT = 'Name this database in jobcap.database with jobcap in shared_preload_libraries '
+                         'and restart, or schedule SELECT jobcap.reap_jobs() (pg_cron, cron + psql).';
+    END IF;
+END
+$$;
