@@ -314,11 +314,12 @@ void extension_found()
     w.next_report = w.window_start + (int64) guc_report_interval_s * USECS_PER_SEC;
 }
 
-// Runs step in batches until a batch comes back short or the cycle's budget is spent.
-// Returns -1 when all went well, else the time to wait before the next cycle.
-long in_batches(const char* what, const char* activity, Step step, uint64* total)
+// Runs step in batches until a batch comes back short or the cycle's budget is spent; `verb`
+// and `noun` say what a batch did, in a DEBUG1 line per batch. Returns -1 when all went well, else the
+// time to wait before the next cycle.
+long in_batches(const char* what, const char* verb, const char* noun, const char* activity,
+                Step step)
 {
-    *total = 0;
     for (int i = 0; i < kBatchesPerCycle; ++i) {
         uint64 rows = 0;
         ErrorData* error = nullptr;
@@ -328,7 +329,9 @@ long in_batches(const char* what, const char* activity, Step step, uint64* total
         if (outcome != Outcome::done)
             return back_off(what, outcome, error);
         extension_found();
-        *total += rows;
+        if (rows > 0)
+            ereport(DEBUG1, (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)",
+                                    verb, (unsigned long long) rows, noun, w.database, w.batch)));
         if (rows < (uint64) w.batch)
             break;
         CHECK_FOR_INTERRUPTS();
@@ -342,29 +345,20 @@ long cycle()
     if (RecoveryInProgress())
         return reap_interval_ms();
 
-    uint64 n = 0;
-    long wait = in_batches("reap jobs", "jobcap: reaping expired leases", reap_step, &n);
+    long wait = in_batches("reap jobs", "reaped", "jobs", "jobcap: reaping expired leases", reap_step);
     if (wait >= 0)
         return wait;
-
     if (guc_succeeded_retention_s > 0) {
-        wait = in_batches("prune succeeded jobs", "jobcap: pruning succeeded jobs",
-                          prune_succeeded_step, &n);
+        wait = in_batches("prune succeeded jobs", "pruned", "succeeded jobs",
+                          "jobcap: pruning succeeded jobs", prune_succeeded_step);
         if (wait >= 0)
             return wait;
-        if (n > 0)
-            ereport(DEBUG1, (errmsg("jobcap reaper pruned %llu succeeded jobs in database \"%s\"",
-                                    (unsigned long long) n, w.database)));
     }
     if (guc_dead_retention_s > 0) {
-        wait = in_batches("prune dead jobs", "jobcap: pruning dead and cancelled jobs",
-                          prune_dead_step, &n);
+        wait = in_batches("prune dead jobs", "pruned", "dead or cancelled jobs",
+                          "jobcap: pruning dead and cancelled jobs", prune_dead_step);
         if (wait >= 0)
             return wait;
-        if (n > 0)
-            ereport(DEBUG1, (errmsg("jobcap reaper pruned %llu dead or cancelled jobs in "
-                                    "database \"%s\"",
-                                    (unsigned long long) n, w.database)));
     }
 
     TimestampTz now = GetCurrentTimestamp();
