@@ -9,12 +9,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use JobcapTest;
 
-my $node = jobcap_node('worker');
+# Two databases listed: "postgres" exists, "other" does not yet.
+my $node = jobcap_node('worker', 'jobcap.database' => "'postgres, other'");
 
 # Before CREATE EXTENSION: the worker is connected, recognisable, and waits without log spam.
 ok(defined wait_until($node, "SELECT count(*) = 1 FROM pg_stat_activity
     WHERE backend_type = 'jobcap reaper' AND application_name = 'jobcap reaper'
       AND datname = 'postgres'"), 'the worker shows in pg_stat_activity as "jobcap reaper"');
+$node->wait_for_log(qr/FATAL:  database "other" does not exist/);
 sleep 1;    # ten cycles at 100 ms
 is(count_log($node, qr/waiting for extension "jobcap" in database "postgres"/), 1,
 	'one log line while the extension is missing, not one per cycle');
@@ -23,12 +25,27 @@ is(count_log($node, qr/waiting for extension "jobcap" in database "postgres"/), 
 my ($rc, $out, $err) = $node->psql('postgres', 'CREATE EXTENSION jobcap');
 is($rc, 0, 'create extension');
 unlike($err, qr/no jobcap background worker/, 'no warning where the worker serves the database');
-$node->safe_psql('postgres', 'CREATE DATABASE other');
-($rc, $out, $err) = $node->psql('other', 'CREATE EXTENSION jobcap');
-like($err, qr/WARNING:  no jobcap background worker serves database "other"/,
+$node->safe_psql('postgres', 'CREATE DATABASE third');
+($rc, $out, $err) = $node->psql('third', 'CREATE EXTENSION jobcap');
+like($err, qr/WARNING:  no jobcap background worker serves database "third"/,
 	'installing where no worker serves says so');
-ok(defined wait_until($node, "SELECT true"), 'server up');
 $node->wait_for_log(qr/jobcap reaper is serving database "postgres"/);
+
+# A listed database that did not exist: its worker keeps failing to connect (restarted every
+# 5 s) until the database is created, then serves it like the first.
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+ok(defined wait_until($node, "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'",
+	't', 15), 'one worker per listed database');
+($rc, $out, $err) = $node->psql('other', 'CREATE EXTENSION jobcap');
+is($err, '', 'installing where a worker serves is quiet');
+$node->safe_psql('other', q{
+    SELECT jobcap.create_queue('o', lease => '1 second');
+    SELECT jobcap.enqueue_job('o');
+    SELECT count(*) FROM jobcap.claim_job('o', 'w');
+});
+ok(defined wait_until($node, "SELECT true FROM pg_stat_activity WHERE datname = 'other'
+    AND backend_type = 'jobcap reaper'") && defined wait_until_db($node, 'other',
+	"SELECT state = 'pending' FROM jobcap.jobs"), 'the second database is reaped too');
 
 # The server alone reaps an expired lease.
 $node->safe_psql('postgres', q{
@@ -65,7 +82,7 @@ kill 'TERM', $pid;
 $node->wait_for_log(qr/terminating background worker "jobcap reaper" due to administrator command/,
 	$offset);
 ok(defined wait_until($node, "SELECT count(*) = 1 FROM pg_stat_activity
-    WHERE backend_type = 'jobcap reaper' AND pid <> $pid", 't', 15), 'SIGTERM: the worker returns');
+    WHERE backend_type = 'jobcap reaper' AND datname = 'postgres' AND pid <> $pid", 't', 15), 'SIGTERM: the worker returns');
 $node->safe_psql('postgres', "SELECT count(*) FROM jobcap.claim_job('q', 'w', lease => '1 hour');"
 	  . sprintf($expire, 4));
 ok(defined wait_until($node, "SELECT state = 'pending' FROM jobcap.jobs WHERE job_id = 4", 't', 5),
@@ -92,7 +109,7 @@ sleep 1;
 is($node->safe_psql('postgres', "SELECT state FROM jobcap.jobs WHERE job_id = 5"), 'running',
 	'the locked job is skipped, not waited for');
 isnt($node->safe_psql('postgres', "SELECT coalesce(wait_event_type, 'none') FROM pg_stat_activity
-    WHERE backend_type = 'jobcap reaper'"), 'Lock', 'the worker is not waiting on a lock');
+    WHERE backend_type = 'jobcap reaper' AND datname = 'postgres'"), 'Lock', 'the worker is not waiting on a lock');
 $holder->query_safe('COMMIT');
 $took = wait_until($node, "SELECT state = 'pending' FROM jobcap.jobs WHERE job_id = 5", 't', 5);
 ok(defined $took && $took < 1.5, "released, it is reaped on the next cycle (${\ ($took // 'never')} s)");
@@ -141,6 +158,20 @@ is($node->safe_psql('postgres', q{
        GROUP BY j.job_id) s}), '0 3000',
 	"each of 3000 jobs reaped exactly once, $by_hand of them by hand");
 ok($by_hand > 0 && $by_hand < 3000, 'both reapers took part');
+
+# DROP EXTENSION under a running worker: it goes back to waiting (one line), and serves the new
+# extension once it is created again (its kept plans are re-planned against the new tables).
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', 'DROP EXTENSION jobcap');
+$node->wait_for_log(qr/jobcap reaper is waiting for extension "jobcap" in database "postgres"/, $offset);
+$node->safe_psql('postgres', q{
+    CREATE EXTENSION jobcap;
+    SELECT jobcap.create_queue('again', lease => '1 second');
+    SELECT jobcap.enqueue_job('again');
+    SELECT count(*) FROM jobcap.claim_job('again', 'w');
+});
+ok(defined wait_until($node, "SELECT state = 'pending' FROM jobcap.jobs"), 'recreated, it is reaped again');
+unlike(slurp_file($node->logfile, $offset), qr/could not reap|ERROR/, 'without an error');
 
 $node->stop;
 done_testing();

@@ -11,7 +11,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 use Exporter 'import';
-our @EXPORT = qw(jobcap_node wait_until reaper_pid count_log);
+our @EXPORT = qw(jobcap_node wait_until wait_until_db reaper_pid count_log);
 
 # A started node whose worker serves database "postgres", reaping every 100 ms. %conf adds or
 # overrides settings (name => value, written as given).
@@ -39,24 +39,31 @@ sub jobcap_node
 sub wait_until
 {
 	my ($node, $query, $expected, $seconds) = @_;
+	return wait_until_db($node, 'postgres', $query, $expected, $seconds);
+}
+
+# The same in database $db.
+sub wait_until_db
+{
+	my ($node, $db, $query, $expected, $seconds) = @_;
 	$expected = 't' unless defined $expected;
 	$seconds = 30 unless defined $seconds;
 	my $start = time;
 	while (time - $start < $seconds)
 	{
-		my ($rc, $out) = $node->psql('postgres', $query);
+		my ($rc, $out) = $node->psql($db, $query);
 		return time - $start if $rc == 0 && $out eq $expected;
 		usleep(50_000);
 	}
 	return undef;
 }
 
-# The worker's pid, or '' when none is running.
+# The pid of the worker serving database "postgres", or '' when none is running.
 sub reaper_pid
 {
 	my ($node) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'");
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobcap reaper' AND datname = 'postgres'");
 }
 
 # How many lines of the server log, from byte $offset on, match $regexp.
