@@ -235,15 +235,21 @@ SELECT q.queue,
        GROUP BY e.queue) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
 
 -- Warn at install time when no background worker serves this database, so nothing reaps it
--- unless reap_jobs() is scheduled (docs: "Background worker").
+-- unless reap_jobs() is scheduled (docs: "Background worker"). Under jobcap.database = '*', wake
+-- the launcher (a cancel request is its "look again now"), so this database is served at once.
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
-                    WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap reaper'
-                      AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
+    IF pg_catalog.current_setting('jobcap.database', true) OPERATOR(pg_catalog.=) '*'
+       AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                    WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher') THEN
+        PERFORM pg_catalog.pg_cancel_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+          WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher';
+    ELSIF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                       WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap reaper'
+                         AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
         RAISE WARNING 'no jobcap background worker serves database "%"', pg_catalog.current_database()
-            USING HINT = 'Name this database in jobcap.database with jobcap in shared_preload_libraries '
-                         'and restart, or schedule SELECT jobcap.reap_jobs() (pg_cron, cron + psql).';
+            USING HINT = 'Name this database in jobcap.database with jobcap in shared_preload_libraries, '
+                         'or schedule SELECT jobcap.reap_jobs() (pg_cron, cron + psql).';
     END IF;
 END
 $$;

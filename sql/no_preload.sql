@@ -2,8 +2,8 @@
 -- runs when called (pg_cron, cron + psql: docs/worker.md), with the statements shown there.
 \set VERBOSITY terse
 SELECT count(*) AS reapers FROM pg_stat_activity WHERE backend_type = 'jobcap reaper';
--- The worker's settings exist once the library is loaded, with their units; jobcap.database is
--- only read by a preloaded jobcap.
+-- The workers' settings exist once the library is loaded, with their units; they are used only
+-- by a preloaded jobcap.
 LOAD 'jobcap';
 SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'jobcap.%' ORDER BY name;
 

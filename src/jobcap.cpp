@@ -40,17 +40,14 @@ extern "C" void _PG_init(void)
                             PGC_USERSET, 0, nullptr, nullptr, nullptr);
 
     // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
-    // only a preloaded jobcap starts workers. A PGC_POSTMASTER setting may only be created while
-    // preloading; loaded later (no preload), jobcap.database is superuser-settable and unused.
+    // only a preloaded jobcap starts the launcher and its reapers.
     DefineCustomStringVariable("jobcap.database",
-                               "Sets the databases the jobcap background worker serves.",
-                               "A comma-separated list; one worker is started per database. "
-                               "Read at server start, and only with jobcap in "
-                               "shared_preload_libraries.",
-                               &jobcap::guc_database, "postgres",
-                               process_shared_preload_libraries_in_progress ? PGC_POSTMASTER
-                                                                            : PGC_SUSET,
-                               GUC_LIST_INPUT, jobcap::check_database, nullptr, nullptr);
+                               "Sets the databases the jobcap background workers serve.",
+                               "A comma-separated list of database names, one reaper each, or * "
+                               "for every database that has the extension. Used only with "
+                               "jobcap in shared_preload_libraries.",
+                               &jobcap::guc_database, "postgres", PGC_SIGHUP, GUC_LIST_INPUT,
+                               jobcap::check_database, nullptr, nullptr);
     DefineCustomIntVariable("jobcap.reap_interval",
                             "Sets how often the background worker reaps expired leases.",
                             "Each cycle also prunes finished jobs past their retention.",
@@ -75,5 +72,5 @@ extern "C" void _PG_init(void)
     MarkGUCPrefixReserved("jobcap");
 
     if (process_shared_preload_libraries_in_progress)
-        jobcap::register_workers();
+        jobcap::register_launcher();
 }

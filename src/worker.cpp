@@ -1,5 +1,5 @@
-// The background worker ("jobcap reaper"): one per database named in jobcap.database, started
-// when jobcap is in shared_preload_libraries. Every jobcap.reap_interval it runs the same reaper
+// The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
+// started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
 // as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, prunes finished jobs past their
 // retention, and every jobcap.report_interval logs one line per queue that got worse.
 //
@@ -37,20 +37,20 @@ extern "C" {
 #include "plans.hpp"
 #include "reap.hpp"
 
-extern "C" PGDLLEXPORT void jobcap_worker_main(Datum main_arg);
+extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
 
 namespace jobcap {
 namespace {
 
 // Fixed limits (documented in docs/worker.md).
-constexpr int kMaxDatabases = 32;          // workers one jobcap.database list may start
-constexpr int kRestartSeconds = 5;         // bgw_restart_time: after a crash or a SIGTERM
 constexpr int32 kBatchMax = 1000;          // jobs per reap or prune transaction
 constexpr int32 kBatchMin = 10;            // ... after shrinking on timeouts
 constexpr int kBatchesPerCycle = 50;       // a cycle stops after this many full batches
 constexpr int kStatementTimeoutMs = 10000; // per batch
 constexpr const char* kLockTimeout = "1s"; // per lock wait, for the whole session
 constexpr long kBackoffMaxMs = 60000;      // longest wait after repeated failures
+// The session advisory lock a reaper holds on its database: ('jobc', 'reap').
+constexpr const char* kTakeLock = "SELECT pg_catalog.pg_try_advisory_lock(1785684579, 1919246704)";
 
 // Retention: finished jobs older than $1 (a timestamptz cut) go, at most $2 per transaction,
 // with their error history. Locked rows are skipped (a requeue in flight wins); the DELETE
@@ -122,6 +122,7 @@ struct Worker {
     TimestampTz next_report;
     QueueMemory* queues;        // in TopMemoryContext
     int nqueues;
+    bool locked;                // holds the advisory lock: the one reaper of this database
 };
 Worker w;
 
@@ -292,6 +293,12 @@ long back_off(const char* what, Outcome outcome, ErrorData* error)
 
 long extension_absent()
 {
+    // With '*' a database without jobcap keeps no process: the launcher looks again later.
+    if (all_databases()) {
+        ereport(DEBUG1, (errmsg("jobcap reaper leaves database \"%s\": no extension \"jobcap\"",
+                                w.database)));
+        proc_exit(0);
+    }
     if (!w.extension_known || w.extension_present)
         ereport(LOG, (errmsg("jobcap reaper is waiting for extension \"jobcap\" in database \"%s\"",
                              w.database),
@@ -381,75 +388,37 @@ long cycle()
     return reap_interval_ms();
 }
 
+// Takes the database's reaper lock, in a transaction of its own; false when another reaper
+// holds it (one left behind by a launcher that restarted, leaving at its next cycle).
+bool take_lock()
+{
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    SPI_connect();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    int rc = SPI_execute(kTakeLock, false, 1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "jobcap: could not take the reaper lock: %s", SPI_result_code_string(rc));
+    bool got = DatumGetBool(column(0, 1));
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    return got;
+}
+
+// The launcher that started this reaper has exited (a new one starts its own reapers).
+bool launcher_gone()
+{
+    pid_t launcher = MyBgworkerEntry->bgw_notify_pid;
+    return launcher != 0 && kill(launcher, 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
-
-// jobcap.database: a list of at most kMaxDatabases names, each a valid database name.
-bool check_database(char** newval, void**, GucSource)
-{
-    char* raw = pstrdup(*newval);
-    List* names = NIL;
-    bool ok = SplitGUCList(raw, ',', &names);
-    if (!ok)
-        GUC_check_errdetail("List syntax is invalid.");
-    else if (list_length(names) > kMaxDatabases) {
-        GUC_check_errdetail("At most %d databases can be listed.", kMaxDatabases);
-        ok = false;
-    } else {
-        ListCell* lc;
-        foreach (lc, names) {
-            const char* name = static_cast<const char*>(lfirst(lc));
-            if (name[0] == '\0' || strlen(name) >= NAMEDATALEN) {
-                GUC_check_errdetail("\"%s\" is not a valid database name.", name);
-                ok = false;
-                break;
-            }
-        }
-    }
-    list_free(names);
-    pfree(raw);
-    return ok;
-}
-
-
-void register_workers()
-{
-    char* raw = pstrdup(guc_database != nullptr ? guc_database : "");
-    List* names = NIL;
-    if (!SplitGUCList(raw, ',', &names))
-        return;  // the check hook has already refused it
-
-    int index = 0;
-    ListCell* lc;
-    foreach (lc, names) {
-        const char* name = static_cast<const char*>(lfirst(lc));
-        bool duplicate = false;
-        for (ListCell* earlier = list_head(names); earlier != lc;
-             earlier = lnext(names, earlier))
-            duplicate |= strcmp(static_cast<const char*>(lfirst(earlier)), name) == 0;
-        if (duplicate || name[0] == '\0')
-            continue;
-
-        BackgroundWorker bgw;
-        memset(&bgw, 0, sizeof bgw);
-        bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-        // A standby runs no worker: it starts when recovery ends (at promotion).
-        bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-        bgw.bgw_restart_time = kRestartSeconds;
-        strlcpy(bgw.bgw_library_name, "jobcap", BGW_MAXLEN);
-        strlcpy(bgw.bgw_function_name, "jobcap_worker_main", BGW_MAXLEN);
-        snprintf(bgw.bgw_name, BGW_MAXLEN, "jobcap reaper for database %s", name);
-        strlcpy(bgw.bgw_type, "jobcap reaper", BGW_MAXLEN);
-        strlcpy(bgw.bgw_extra, name, BGW_EXTRALEN);
-        bgw.bgw_main_arg = Int32GetDatum(index++);
-        RegisterBackgroundWorker(&bgw);
-    }
-}
-
 }  // namespace jobcap
 
 using namespace jobcap;
 
-extern "C" void jobcap_worker_main(Datum)
+extern "C" void jobcap_reaper_main(Datum main_arg)
 {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
@@ -457,16 +426,20 @@ extern "C" void jobcap_worker_main(Datum)
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
     w.batch = kBatchMax;
-    BackgroundWorkerInitializeConnection(w.database, nullptr, 0);
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
     // The same search path as every jobcap SQL function; waits for locks are bounded.
     SetConfigOption("search_path", "pg_catalog, jobcap, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("lock_timeout", kLockTimeout, PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("application_name", "jobcap reaper", PGC_USERSET, PGC_S_OVERRIDE);
-    ereport(LOG, (errmsg("jobcap reaper started for database \"%s\"", w.database)));
+    ereport(DEBUG1, (errmsg("jobcap reaper started for database \"%s\"", w.database)));
 
     MemoryContext cycle_context =
         AllocSetContextCreate(TopMemoryContext, "jobcap reaper cycle", ALLOCSET_DEFAULT_SIZES);
+    // The latch is also set by things that are not a reason to reap (sinval catch-up, the
+    // launcher's notices): cycles follow the clock, not the wake-ups.
+    TimestampTz last_cycle = 0;
+    TimestampTz next_cycle = 0;
     for (;;) {
         // A cancel that arrives between batches has nothing to cancel.
         QueryCancelPending = false;
@@ -474,14 +447,37 @@ extern "C" void jobcap_worker_main(Datum)
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
+            if (!database_wanted(w.database)) {
+                ereport(LOG, (errmsg("jobcap reaper leaves database \"%s\": jobcap.database no "
+                                     "longer selects it",
+                                     w.database)));
+                proc_exit(0);
+            }
+            // A shorter reap_interval applies from the last cycle on.
+            next_cycle = Min(next_cycle, last_cycle + (int64) reap_interval_ms() * 1000);
         }
-        MemoryContextSwitchTo(cycle_context);
-        MemoryContextReset(cycle_context);
+        if (launcher_gone()) {
+            ereport(LOG, (errmsg("jobcap reaper leaves database \"%s\": its launcher is gone",
+                                 w.database),
+                          errdetail("The new launcher starts a reaper of its own.")));
+            proc_exit(0);
+        }
 
-        long wait = cycle();
+        TimestampTz now = GetCurrentTimestamp();
+        if (now >= next_cycle) {
+            MemoryContextSwitchTo(cycle_context);
+            MemoryContextReset(cycle_context);
+            if (!w.locked)
+                w.locked = take_lock();
+            long wait = w.locked ? cycle() : reap_interval_ms();
+            last_cycle = now;
+            next_cycle = now + (int64) wait * 1000;
+            now = GetCurrentTimestamp();
+        }
 
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait,
-                         PG_WAIT_EXTENSION);
+        long timeout = (long) ((next_cycle - now + 999) / 1000);
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                         Max(timeout, 1L), PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
     }
 }

@@ -16,7 +16,9 @@ my $node = jobcap_node('worker', 'jobcap.database' => "'postgres, other'");
 ok(defined wait_until($node, "SELECT count(*) = 1 FROM pg_stat_activity
     WHERE backend_type = 'jobcap reaper' AND application_name = 'jobcap reaper'
       AND datname = 'postgres'"), 'the worker shows in pg_stat_activity as "jobcap reaper"');
-$node->wait_for_log(qr/FATAL:  database "other" does not exist/);
+ok(defined wait_until($node, "SELECT count(*) = 1 FROM pg_stat_activity
+    WHERE backend_type = 'jobcap launcher' AND datname IS NULL AND application_name = 'jobcap launcher'"),
+	'one launcher, connected to no database');
 sleep 1;    # ten cycles at 100 ms
 is(count_log($node, qr/waiting for extension "jobcap" in database "postgres"/), 1,
 	'one log line while the extension is missing, not one per cycle');
@@ -31,11 +33,12 @@ like($err, qr/WARNING:  no jobcap background worker serves database "third"/,
 	'installing where no worker serves says so');
 $node->wait_for_log(qr/jobcap reaper is serving database "postgres"/);
 
-# A listed database that did not exist: its worker keeps failing to connect (restarted every
-# 5 s) until the database is created, then serves it like the first.
+# A listed database that did not exist: the launcher finds it at its next look (every sixty
+# reap intervals: 6 s here) and serves it like the first.
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 ok(defined wait_until($node, "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'",
 	't', 15), 'one worker per listed database');
+is(count_log($node, qr/FATAL/), 0, 'no FATAL for the database that was missing');
 ($rc, $out, $err) = $node->psql('other', 'CREATE EXTENSION jobcap');
 is($err, '', 'installing where a worker serves is quiet');
 $node->safe_psql('other', q{
@@ -58,6 +61,12 @@ ok(defined $took && $took < 3, "an expired lease is reaped by the worker alone (
 is($node->safe_psql('postgres',
 	"SELECT kind || ' ' || worker FROM jobcap.job_errors WHERE job_id = 1"),
 	'lease_expired w', 'and its history says the lease expired');
+
+# SIGHUP: a database no longer listed loses its reaper.
+$node->safe_psql('postgres', "ALTER SYSTEM SET jobcap.database = 'postgres'; SELECT pg_reload_conf()");
+$node->wait_for_log(qr/jobcap reaper leaves database "other": jobcap.database no longer selects it/);
+ok(defined wait_until($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'
+    AND datname = 'other'"), 'unlisted, its reaper is gone');
 
 # SIGHUP: a longer interval holds reaping back, a shorter one brings it back, live.
 my $expire = "UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second' WHERE job_id = %d";
