@@ -42,8 +42,10 @@ constexpr int kMaxDatabases = 32;            // names one jobcap.database list m
 constexpr int kMaxServed = 1024;             // databases one launcher keeps track of
 constexpr int kRestartSeconds = 5;           // bgw_restart_time of the launcher; also the wait
                                              // before a reaper that ran a while is started again
-constexpr int kQuickExitMs = 2000;           // a reaper that stopped sooner than this found
-                                             // nothing to do (or crashed at once)
+constexpr int kQuickExitMs = 5000;           // a reaper that stopped sooner than this found
+                                             // nothing to do (with '*', a reaper leaves after
+                                             // a second when there is no extension), or
+                                             // crashed at once: either way, not again soon
 
 // A database the launcher serves (or served).
 struct Served {

@@ -49,6 +49,10 @@ constexpr int kBatchesPerCycle = 50;       // a cycle stops after this many full
 constexpr int kStatementTimeoutMs = 10000; // per batch
 constexpr const char* kLockTimeout = "1s"; // per lock wait, for the whole session
 constexpr long kBackoffMaxMs = 60000;      // longest wait after repeated failures
+constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper looks for the
+                                           // extension (a CREATE EXTENSION that woke the
+                                           // launcher may not have committed yet)
+constexpr long kAbsentPollMs = 100;
 // The session advisory lock a reaper holds on its database: ('jobc', 'reap').
 constexpr const char* kTakeLock = "SELECT pg_catalog.pg_try_advisory_lock(1785684579, 1919246704)";
 
@@ -123,6 +127,7 @@ struct Worker {
     QueueMemory* queues;        // in TopMemoryContext
     int nqueues;
     bool locked;                // holds the advisory lock: the one reaper of this database
+    TimestampTz started_at;
 };
 Worker w;
 
@@ -293,8 +298,12 @@ long back_off(const char* what, Outcome outcome, ErrorData* error)
 
 long extension_absent()
 {
-    // With '*' a database without jobcap keeps no process: the launcher looks again later.
+    // With '*' a database without jobcap keeps no process: the launcher looks again later. (The
+    // launcher takes a reaper that stops this soon for one that found nothing to do.)
     if (all_databases()) {
+        if (!w.extension_known &&
+            GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
+            return kAbsentPollMs;
         ereport(DEBUG1, (errmsg("jobcap reaper leaves database \"%s\": no extension \"jobcap\"",
                                 w.database)));
         proc_exit(0);
@@ -426,6 +435,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
     w.batch = kBatchMax;
+    w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
     // The same search path as every jobcap SQL function; waits for locks are bounded.
