@@ -438,9 +438,13 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
-    // The same search path as every jobcap SQL function; waits for locks are bounded.
+    // The same search path as every jobcap SQL function; waits for locks are bounded; the
+    // reaper's SKIP LOCKED statements are written for READ COMMITTED, whatever the server's
+    // default, and they write.
     SetConfigOption("search_path", "pg_catalog, jobcap, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("lock_timeout", kLockTimeout, PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("application_name", "jobcap reaper", PGC_USERSET, PGC_S_OVERRIDE);
     ereport(DEBUG1, (errmsg("jobcap reaper started for database \"%s\"", w.database)));
 
