@@ -11,8 +11,8 @@
 // off; any other error is logged and retried the same way, never crash-looped.
 //
 // Like every frame that calls PostgreSQL, this file holds plain data only (src/boundary.hpp):
-// ereport is a longjmp. The only C++ it calls that could throw is nothing: the report wording
-// (src/core/report.cpp) is snprintf into a buffer.
+// ereport is a longjmp. Nothing here can throw a C++ exception: the one pure-C++ call, the report
+// wording (src/core/report.cpp), only formats into a caller's buffer.
 #include "pg.hpp"
 
 extern "C" {

@@ -30,17 +30,17 @@ __attribute__((format(printf, 4, 5))) void append(char* out, std::size_t size, s
 
 }  // namespace
 
-bool backlog_growing(const QueueWindow& w)
+bool backlog_growing(const QueueWindow& w) noexcept
 {
     return w.due_before >= 0 && w.due > w.due_before && w.oldest_due_sec > w.window_sec;
 }
 
-bool got_worse(const QueueWindow& w)
+bool got_worse(const QueueWindow& w) noexcept
 {
     return w.new_dead > 0 || w.lease_jobs > 0 || backlog_growing(w);
 }
 
-void format_age(std::int64_t seconds, char* out, std::size_t out_size)
+void format_age(std::int64_t seconds, char* out, std::size_t out_size) noexcept
 {
     if (seconds < 0)
         seconds = 0;
@@ -54,7 +54,7 @@ void format_age(std::int64_t seconds, char* out, std::size_t out_size)
         std::snprintf(out, out_size, "%lld d", static_cast<long long>(seconds / 86400));
 }
 
-bool report_line(const QueueWindow& w, char* out, std::size_t out_size)
+bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept
 {
     if (out_size == 0)
         return false;

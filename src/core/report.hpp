@@ -22,19 +22,19 @@ struct QueueWindow {
 
 // A backlog is growing when more jobs are due than at the previous report and the oldest of them
 // has waited longer than a whole window: the workers are not draining it.
-bool backlog_growing(const QueueWindow& w);
+bool backlog_growing(const QueueWindow& w) noexcept;
 
 // True when the queue got worse: new dead jobs, attempts lost to expired leases, or a growing
 // backlog. Only then is a line written.
-bool got_worse(const QueueWindow& w);
+bool got_worse(const QueueWindow& w) noexcept;
 
 // Writes the line (without the queue name prefix the caller adds) into out, NUL-terminated and
 // cut to out_size. Returns false, writing nothing, when the queue did not get worse.
 //   1 job went dead (3 dead in all); 2 jobs lost 5 attempts to expired leases; backlog 120 due
 //   (was 80), oldest waiting 5 min
-bool report_line(const QueueWindow& w, char* out, std::size_t out_size);
+bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept;
 
 // "45 s", "12 min", "3 h", "2 d": a coarse age for people.
-void format_age(std::int64_t seconds, char* out, std::size_t out_size);
+void format_age(std::int64_t seconds, char* out, std::size_t out_size) noexcept;
 
 }  // namespace jobcap::core
