@@ -11,17 +11,18 @@ MODULE_big = jobcap
 CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp src/worker.cpp src/launcher.cpp
+            src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)
 
-REGRESS = lifecycle poison no_preload
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
+          no_preload
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
                --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
-            assert_fence_holds claim_by_id_race claim_recheck
+            assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolation \
                  --temp-instance=build/installcheck/isolation/instance \
                  --temp-config=test/regress.conf --load-extension=jobcap
@@ -39,10 +40,15 @@ SHLIB_LINK += -lstdc++
 # include: pgxs.mk decides its targets as it is read.)
 override with_llvm = no
 
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
-
 override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
+else
+# No server headers yet: `make test` and `make demo` install them (as root) before building.
+all install installcheck:
+	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
+endif
 
 .PHONY: test demo unit
 test:

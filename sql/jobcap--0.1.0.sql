@@ -40,7 +40,12 @@ CREATE TABLE jobcap.jobs (
 ) WITH (fillfactor = 90);
 COMMENT ON COLUMN jobcap.jobs.attempts IS 'Claims so far; incremented and capped inside the claim.';
 COMMENT ON COLUMN jobcap.jobs.max_attempts IS 'This job''s own cap; NULL follows its queue''s.';
-COMMENT ON COLUMN jobcap.jobs.fence IS 'Lease generation, bumped by every claim; also an idempotency key.';
+COMMENT ON COLUMN jobcap.jobs.fence IS 'Lease generation, new at every claim; also an idempotency key.';
+
+-- Fences come from a sequence, not fence + 1: a sequence does not roll back, so a claim whose
+-- transaction rolled back never hands its fence to the next claim. Every fence is unique
+-- across all jobs, which makes it a good idempotency key for external systems.
+CREATE SEQUENCE jobcap.fences AS bigint;
 
 -- The claim walks this index in claim order; nothing else is pending-and-ordered.
 CREATE INDEX jobs_claim ON jobcap.jobs (queue, priority, run_at, job_id) WHERE state = 'pending';
@@ -233,6 +238,39 @@ SELECT q.queue,
        WHERE e.kind OPERATOR(pg_catalog.<>) 'requeued'
          AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour')
        GROUP BY e.queue) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
+
+-- The statements jobcap prepares, for EXPLAIN: PREPARE p(<argtypes>) AS <sql>.
+CREATE FUNCTION jobcap.statements()
+RETURNS TABLE (name text, argtypes regtype[], sql text)
+LANGUAGE C STABLE ROWS 8
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_statements';
+
+-- Batch and combined calls for throughput (one statement, one commit).
+
+CREATE FUNCTION jobcap.enqueue_jobs(
+    queue text,
+    payloads jsonb[],
+    run_at timestamptz DEFAULT now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
+
+CREATE FUNCTION jobcap.complete_and_claim(
+    job_id bigint,
+    fence bigint,
+    queue text,
+    worker text,
+    batch integer DEFAULT 1,
+    lease interval DEFAULT NULL)
+RETURNS TABLE (job_id bigint, fence bigint, attempt integer, max_attempts integer,
+               payload jsonb, lease_expires_at timestamptz)
+LANGUAGE C VOLATILE ROWS 1
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_and_claim';
 
 -- Warn at install time when no background worker serves this database, so nothing reaps it
 -- unless reap_jobs() is scheduled (docs: "Background worker"). Under jobcap.database = '*', wake

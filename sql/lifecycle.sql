@@ -9,25 +9,30 @@ SELECT jobcap.enqueue_job('mail', '{"to": "later@example.com"}', run_at => now()
 SELECT state, attempts, fence, max_attempts FROM jobcap.jobs WHERE job_id = :a;
 
 -- Claim order: priority (lower first), then run_at, then id. A job scheduled for later waits.
-SELECT job_id = :b AS is_b, fence, attempt, max_attempts, payload,
+SELECT job_id = :b AS is_b, fence > 0 AS fenced, attempt, max_attempts, payload,
        lease_expires_at > now() + interval '4 minutes' AS leased
   FROM jobcap.claim_job('mail', 'worker-1', batch => 5);
-SELECT job_id = :a AS is_a, fence, attempt FROM jobcap.claim_job('mail', 'worker-1', batch => 5);
+SELECT job_id = :a AS is_a, attempt FROM jobcap.claim_job('mail', 'worker-1', batch => 5);
 SELECT count(*) AS nothing_due FROM jobcap.claim_job('mail', 'worker-1', batch => 5);
-SELECT job_id, state, attempts, fence, worker, lease FROM jobcap.jobs ORDER BY job_id;
+SELECT job_id, state, attempts, worker, lease FROM jobcap.jobs ORDER BY job_id;
+-- Each claim got its own fence (from a sequence, so a rolled-back claim never reuses one).
+SELECT fence AS fa FROM jobcap.jobs WHERE job_id = :a \gset
+SELECT fence AS fb FROM jobcap.jobs WHERE job_id = :b \gset
+SELECT :fa <> :fb AS distinct_fences;
 
 -- A heartbeat extends (never shortens) the lease.
-SELECT jobcap.heartbeat(:b, 1, '2 hours') > now() + interval '119 minutes' AS extended;
-SELECT jobcap.heartbeat(:b, 1, '1 second') > now() + interval '119 minutes' AS not_shortened;
+SELECT jobcap.heartbeat(:b, :fb, '2 hours') > now() + interval '119 minutes' AS extended;
+SELECT jobcap.heartbeat(:b, :fb, '1 second') > now() + interval '119 minutes' AS not_shortened;
 
-SELECT jobcap.complete_job(:b, 1);
+SELECT jobcap.complete_job(:b, :fb);
 SELECT state, finished_at IS NOT NULL AS finished, lease_expires_at FROM jobcap.jobs WHERE job_id = :b;
 
 -- A failure goes back to pending (retry_in overrides the backoff), then succeeds.
-SELECT jobcap.fail_job(:a, 1, 'smtp timeout', retry_in => '0');
+SELECT jobcap.fail_job(:a, :fa, 'smtp timeout', retry_in => '0');
 SELECT state, attempts, run_at <= now() AS due FROM jobcap.jobs WHERE job_id = :a;
-SELECT job_id = :a AS is_a, fence, attempt FROM jobcap.claim_job('mail', 'worker-2');
-SELECT jobcap.complete_job(:a, 2);
+SELECT job_id = :a AS is_a, fence AS fa2, attempt FROM jobcap.claim_job('mail', 'worker-2') \gset
+SELECT :'is_a' AS is_a, :fa2 > :fa AS newer_fence, :attempt AS attempt;
+SELECT jobcap.complete_job(:a, :fa2);
 SELECT job_id = :a AS is_a, attempt, kind, worker, error FROM jobcap.job_errors;
 
 -- Backoff: without retry_in a failure waits between half and all of

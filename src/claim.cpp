@@ -1,61 +1,78 @@
 // claim_job and claim_job_by_id: the execution boundary. A job runs only after passing through
 // one of these statements, and each is ONE statement that locks, counts and caps:
-//   state -> running, attempts + 1, fence + 1, lease set, only while attempts < the cap.
+//   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts.
 #include "args.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 // The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
 // every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
 // LockRows sits under the LIMIT (rows skipped or re-checked away do not count). The UPDATE
 // repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED.
-// $2 = worker, $3 = lease (NULL: the queue's).
+// The fence comes from a sequence, so a claim that rolled back never hands its fence out again.
+// Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
+// $3 = lease (NULL: the queue's).
 #define CLAIM_THE_COHORT                                                                          \
     " claimed AS (UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"        \
-    "     fence = j.fence + 1, lease = coalesce($3, q.lease),"                                    \
-    "     lease_expires_at = statement_timestamp() + coalesce($3, q.lease), worker = $2,"         \
-    "     claimed_at = statement_timestamp(),"                                                    \
-    "     first_claimed_at = coalesce(j.first_claimed_at, statement_timestamp())"                 \
+    "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
+    "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"           \
+    "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                    \
     "   FROM jobcap.queues q"                                                                     \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"            \
-    "    AND j.state = 'pending' AND j.run_at <= statement_timestamp()"                           \
+    "    AND j.state = 'pending' AND j.run_at <= $1"                                              \
     "    AND j.attempts < coalesce(j.max_attempts, q.max_attempts)"                               \
     "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap," \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at)"                                    \
     " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
     "  ORDER BY priority, run_at, job_id"
 
-// $1 = queue, $4 = batch.
+// $4 = queue, $5 = batch.
 Statement claim_batch = {
     "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.queue = $1 AND j.state = 'pending' AND j.run_at <= statement_timestamp()"
+    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $1))"
+    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
     "   ORDER BY j.priority, j.run_at, j.job_id"
-    "   LIMIT $4"
+    "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    4, {TEXTOID, TEXTOID, INTERVALOID, INT4OID}, nullptr};
+    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID}, nullptr};
 
-// $1 = job_id.
+// $4 = job_id.
 Statement claim_one = {
     "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.job_id = $1 AND j.state = 'pending' AND j.run_at <= statement_timestamp()"
+    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND j.attempts < coalesce(j.max_attempts,"
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    3, {INT8OID, TEXTOID, INTERVALOID}, nullptr};
+    4, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID}, nullptr};
+
+}  // namespace statements
+
+namespace {
 
 Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
 Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
+
+// A claim must commit before the work, or the attempt it counted rolls back with the work (the
+// incident's loop). Inside a savepoint or an exception block it always would: refuse there.
+void refuse_subtransaction(const char* function)
+{
+    if (IsSubTransaction())
+        ereport(ERROR, (errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+                        errmsg("%s cannot run inside a subtransaction", function),
+                        errdetail("A savepoint or exception block that rolls back would undo the claim, and the attempt it counted."),
+                        errhint("Claim in its own transaction and commit it before doing the work.")));
+}
 
 // Copies the claimed rows into the function's result.
 void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
@@ -83,13 +100,47 @@ JOBCAP_FUNCTION(jobcap_claim_job)
         int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
         bool no_lease = false;
         Datum lease = arg_span(fcinfo, 3, "lease", false, true, &no_lease);
+        refuse_subtransaction("claim_job");
         InitMaterializedSRF(fcinfo, 0);
 
-        Datum values[4] = {queue.datum, worker.datum, lease, Int32GetDatum(batch)};
-        char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
+        Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
+                           queue.datum, Int32GetDatum(batch)};
+        char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
         SPI_connect();
-        uint64 rows = run(claim_batch, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(queue_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
+            raise_unknown_queue(queue.cstr);
+        return_claimed(fcinfo, rows);
+        SPI_finish();
+        return (Datum) 0;
+    });
+}
+
+// One commit per job instead of two: the previous job's completion (the same compare-and-swap
+// as complete_job) and the next claim run in the caller's one transaction. A stale fence raises
+// JC001 before anything is claimed.
+JOBCAP_FUNCTION(jobcap_complete_and_claim)
+{
+    return guard("complete_and_claim", [&]() -> Datum {
+        int64 job_id = arg_job_id(fcinfo, 0);
+        int64 fence = arg_fence(fcinfo, 1);
+        NameArg queue = arg_queue(fcinfo, 2);
+        NameArg worker = arg_worker(fcinfo, 3);
+        int32 batch = arg_count(fcinfo, 4, "batch", core::kMaxBatch);
+        bool no_lease = false;
+        Datum lease = arg_span(fcinfo, 5, "lease", false, true, &no_lease);
+        refuse_subtransaction("complete_and_claim");
+        InitMaterializedSRF(fcinfo, 0);
+
+        Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
+        Datum done[3] = {Int64GetDatum(job_id), Int64GetDatum(fence), now};
+        Datum values[5] = {now, worker.datum, lease, queue.datum, Int32GetDatum(batch)};
+        char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
+        SPI_connect();
+        if (run(statements::complete, done, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
+            raise_not_current("complete_and_claim", job_id, fence);
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(queue_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_queue(queue.cstr);
         return_claimed(fcinfo, rows);
         SPI_finish();
@@ -104,13 +155,15 @@ JOBCAP_FUNCTION(jobcap_claim_job_by_id)
         NameArg worker = arg_worker(fcinfo, 1);
         bool no_lease = false;
         Datum lease = arg_span(fcinfo, 2, "lease", false, true, &no_lease);
+        refuse_subtransaction("claim_job_by_id");
         InitMaterializedSRF(fcinfo, 0);
 
-        Datum values[3] = {Int64GetDatum(job_id), worker.datum, lease};
-        char nulls[4] = {' ', ' ', no_lease ? 'n' : ' ', '\0'};
+        Datum values[4] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
+                           Int64GetDatum(job_id)};
+        char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
         SPI_connect();
-        uint64 rows = run(claim_one, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && run(job_exists, values, nullptr, SPI_OK_SELECT) == 0)
+        uint64 rows = run(statements::claim_one, values, nulls, SPI_OK_SELECT);
+        if (rows == 0 && run(job_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_job(job_id);
         return_claimed(fcinfo, rows);
         SPI_finish();

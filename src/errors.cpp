@@ -56,7 +56,7 @@ void raise_not_current(const char* function, int64 job_id, int64 fence)
     int64 current = DatumGetInt64(column(0, 2));
     const char* why;
     if (fence > current)
-        why = "That fence was never issued for this job.";
+        why = "That fence is newer than the job's: its claim rolled back, or it was never this job's.";
     else if (strcmp(state, "running") == 0 || fence < current)
         why = "The job's lease expired and it was claimed again under a newer fence.";
     else if (strcmp(state, "pending") == 0)
@@ -72,7 +72,7 @@ void raise_not_current(const char* function, int64 job_id, int64 fence)
             (errcode(kStaleFence),
              errmsg("fence %lld of job %lld is not current", static_cast<long long>(fence),
                     static_cast<long long>(job_id)),
-             errdetail("%s (%s refused: the job is %s, current fence %lld.)", why, function, state,
+             errdetail("%s (%s refused; job state %s, current fence %lld.)", why, function, state,
                        static_cast<long long>(current)),
              errhint("Stop working on this job: its effects in this transaction roll back.")));
     pg_unreachable();

@@ -11,24 +11,37 @@ namespace {
 // A running job is cancelled at once: its worker learns it at its next fenced call, which gets
 // the stale-fence error, so nothing it writes with that call commits.
 Statement cancel = {
-    "UPDATE jobcap.jobs SET state = 'cancelled', finished_at = statement_timestamp(),"
-    " lease_expires_at = NULL"
+    "UPDATE jobcap.jobs SET state = 'cancelled', finished_at = $2, lease_expires_at = NULL"
     " WHERE job_id = $1 AND state IN ('pending', 'running') RETURNING job_id",
-    1, {INT8OID}, nullptr};
+    2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
 // The budget becomes attempts + extra ($3, NULL: the queue's cap); the reason goes to history.
+// A job whose dedupe key another live job now holds stays where it is (see why_not_requeued).
 Statement requeue = {
     "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
     "     max_attempts = j.attempts + coalesce($3, q.max_attempts),"
-    "     run_at = statement_timestamp(), finished_at = NULL, lease_expires_at = NULL"
+    "     run_at = $4, finished_at = NULL, lease_expires_at = NULL"
     "   FROM jobcap.queues q"
     "  WHERE j.job_id = $1 AND j.state IN ('dead', 'cancelled') AND q.queue = j.queue"
+    "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"
+    "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
+    "          AND o.state IN ('pending', 'running', 'dead'))"
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, current_user::text AS worker),"
-    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$2")
+    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$2", "$4")
     " SELECT job_id FROM requeued",
-    3, {INT8OID, TEXTOID, INT4OID}, nullptr};
+    4, {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID}, nullptr};
 
 Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
+
+// Why a requeue changed nothing: no such job (error), a state requeue does not apply to (false),
+// or its dedupe key taken by another live job (error: the caller must choose which one runs).
+Statement why_not_requeued = {
+    "SELECT j.state IN ('dead', 'cancelled'), j.dedupe_key,"
+    "  (SELECT o.job_id FROM jobcap.jobs o WHERE o.queue = j.queue"
+    "     AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
+    "     AND o.state IN ('pending', 'running', 'dead') LIMIT 1)"
+    " FROM jobcap.jobs j WHERE j.job_id = $1",
+    1, {INT8OID}, nullptr};
 
 }  // namespace
 }  // namespace jobcap
@@ -39,7 +52,7 @@ JOBCAP_FUNCTION(jobcap_cancel_job)
 {
     return guard("cancel_job", [&]() -> Datum {
         int64 job_id = arg_job_id(fcinfo, 0);
-        Datum values[1] = {Int64GetDatum(job_id)};
+        Datum values[2] = {Int64GetDatum(job_id), TimestampTzGetDatum(GetCurrentTimestamp())};
 
         SPI_connect();
         bool cancelled = run(cancel, values, nullptr, SPI_OK_UPDATE_RETURNING) > 0;
@@ -61,13 +74,26 @@ JOBCAP_FUNCTION(jobcap_requeue_job)
                             errhint("Say why the job deserves more attempts; it is kept in the job's history.")));
         int32 extra = 0;
         bool has_extra = arg_count_opt(fcinfo, 2, "extra_attempts", core::kMaxAttempts, &extra);
-        Datum values[3] = {Int64GetDatum(job_id), reason, Int32GetDatum(extra)};
-        char nulls[4] = {' ', ' ', has_extra ? ' ' : 'n', '\0'};
+        Datum values[4] = {Int64GetDatum(job_id), reason, Int32GetDatum(extra),
+                           TimestampTzGetDatum(GetCurrentTimestamp())};
+        char nulls[5] = {' ', ' ', has_extra ? ' ' : 'n', ' ', '\0'};
 
         SPI_connect();
         bool requeued = run(requeue, values, nulls, SPI_OK_SELECT) > 0;
-        if (!requeued && run(job_exists, values, nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_job(job_id);
+        if (!requeued) {
+            if (run(why_not_requeued, values, nullptr, SPI_OK_SELECT) == 0)
+                raise_unknown_job(job_id);
+            bool no_holder = false;
+            Datum holder = column(0, 3, &no_holder);
+            if (DatumGetBool(column(0, 1)) && !no_holder)
+                ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                                errmsg("cannot requeue job %lld: job %lld holds its dedupe key \"%s\"",
+                                       static_cast<long long>(job_id),
+                                       static_cast<long long>(DatumGetInt64(holder)),
+                                       TextDatumGetCString(column(0, 2))),
+                                errhint("Cancel job %lld first, or enqueue the work again.",
+                                        static_cast<long long>(DatumGetInt64(holder)))));
+        }
         SPI_finish();
         PG_RETURN_BOOL(requeued);
     });

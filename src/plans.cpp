@@ -2,7 +2,9 @@
 
 namespace jobcap {
 
-uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
+namespace {
+
+SPIPlanPtr prepared(Statement& s)
 {
     if (s.plan == nullptr) {
         SPIPlanPtr plan = SPI_prepare(s.sql, s.nargs, s.argtypes);
@@ -12,11 +14,29 @@ uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
             elog(ERROR, "jobcap: could not keep a prepared statement");
         s.plan = plan;
     }
-    int rc = SPI_execute_plan(s.plan, values, nulls, false, 0);
+    return s.plan;
+}
+
+uint64 checked(int rc, int expected)
+{
     if (rc != expected)
         elog(ERROR, "jobcap: statement returned %s, expected %s", SPI_result_code_string(rc),
              SPI_result_code_string(expected));
     return SPI_processed;
+}
+
+}  // namespace
+
+uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
+{
+    return checked(SPI_execute_plan(prepared(s), values, nulls, false, 0), expected);
+}
+
+uint64 run_fresh(Statement& s, Datum* values, const char* nulls, int expected)
+{
+    return checked(SPI_execute_snapshot(prepared(s), values, nulls, GetLatestSnapshot(),
+                                        InvalidSnapshot, false, false, 0),
+                   expected);
 }
 
 Datum column(uint64 row, int column, bool* is_null)

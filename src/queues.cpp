@@ -12,16 +12,24 @@ Statement insert_queue = {
     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue) DO NOTHING",
     6, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID}, nullptr};
 
+// alter_queue checks the merged backoff settings under this row lock, then writes them.
+Statement lock_queue = {
+    "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
+    1, {TEXTOID}, nullptr};
+
 Statement update_queue = {
     "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
     " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
     " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
-    " WHERE queue = $1 RETURNING backoff_base, backoff_max",
+    " WHERE queue = $1",
     6, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID}, nullptr};
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
-// check for active jobs and the deletes below see every job there will be.
-Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN SHARE ROW EXCLUSIVE MODE", 0, {}, nullptr};
+// check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
+// SHARE ROW EXCLUSIVE) so that it also waits for a worker holding assert_fence's row lock:
+// that worker already holds a lock on the table, so its complete_job goes ahead of the waiting
+// drop instead of deadlocking with it.
+Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", 0, {}, nullptr};
 
 Statement queue_activity = {
     "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
@@ -118,10 +126,11 @@ JOBCAP_FUNCTION(jobcap_alter_queue)
         queue_settings(fcinfo, values, nulls);
 
         SPI_connect();
-        if (run(update_queue, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+        if (run(lock_queue, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_queue(queue.cstr);
-        // Checked on the merged row; an error here rolls the update back.
-        check_backoff(column(0, 1), column(0, 2));
+        check_backoff(nulls[3] == 'n' ? column(0, 1) : values[3],
+                      nulls[4] == 'n' ? column(0, 2) : values[4]);
+        run(update_queue, values, nulls, SPI_OK_UPDATE);
         SPI_finish();
         PG_RETURN_VOID();
     });

@@ -7,9 +7,10 @@
 #include "boundary.hpp"
 #include "history.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 #define CAP "coalesce(j.max_attempts, q.max_attempts)"
 
@@ -17,10 +18,11 @@ namespace {
 // transaction holds (a worker inside assert_fence, a settle in flight): those are reaped on a
 // later pass, never waited for. The UPDATE repeats every guard. A lease that expired counts as
 // a failed attempt with backoff, and leaves a history row saying no report came.
+// $1 = max_jobs, $2 = now (one clock reading per call: correct inside procedures too).
 Statement reap_cohort = {
     "WITH expired AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.state = 'running' AND j.lease_expires_at < statement_timestamp()"
+    "   WHERE j.state = 'running' AND j.lease_expires_at < $2"
     "   LIMIT $1 FOR NO KEY UPDATE OF j SKIP LOCKED),"
     " over_cap AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
@@ -30,28 +32,28 @@ Statement reap_cohort = {
     "   LIMIT $1 - (SELECT count(*) FROM expired) FOR NO KEY UPDATE OF j SKIP LOCKED),"
     " reaped AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN j.attempts >= " CAP " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
-    "       run_at = CASE WHEN j.attempts >= " CAP " THEN j.run_at ELSE statement_timestamp() +"
+    "       run_at = CASE WHEN j.attempts >= " CAP " THEN j.run_at ELSE $2 +"
     "         jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max) END,"
-    "       finished_at = CASE WHEN j.attempts >= " CAP " THEN statement_timestamp() END,"
+    "       finished_at = CASE WHEN j.attempts >= " CAP " THEN $2 END,"
     "       lease_expires_at = NULL"
     "  FROM jobcap.queues q"
     " WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM expired UNION ALL SELECT job_id FROM over_cap))"
     "   AND q.queue = j.queue"
-    "   AND ((j.state = 'running' AND j.lease_expires_at < statement_timestamp())"
+    "   AND ((j.state = 'running' AND j.lease_expires_at < $2)"
     "     OR (j.state = 'pending' AND j.attempts >= " CAP "))"
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state,"
     "   j.job_id = ANY (ARRAY(SELECT job_id FROM expired)) AS lease_lost),"
     " lost AS (SELECT * FROM reaped WHERE lease_lost),"
-    JOBCAP_HISTORY_CTES("lost", "'lease_expired'", "'lease expired without a report'")
+    JOBCAP_HISTORY_CTES("lost", "'lease_expired'", "'lease expired without a report'", "$2")
     " SELECT job_id, queue, state FROM reaped ORDER BY job_id",
-    1, {INT4OID}, nullptr};
+    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
 
-}  // namespace
+}  // namespace statements
 
 uint64 reap(int32 max_jobs)
 {
-    Datum values[1] = {Int32GetDatum(max_jobs)};
-    return run(reap_cohort, values, nullptr, SPI_OK_SELECT);
+    Datum values[2] = {Int32GetDatum(max_jobs), TimestampTzGetDatum(GetCurrentTimestamp())};
+    return run(statements::reap_cohort, values, nullptr, SPI_OK_SELECT);
 }
 
 }  // namespace jobcap

@@ -7,40 +7,40 @@
 #include "history.hpp"
 #include "jobcap.hpp"
 #include "plans.hpp"
+#include "statements.hpp"
 
 namespace jobcap {
-namespace {
+namespace statements {
 
 Statement complete = {
-    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = statement_timestamp(),"
-    " lease_expires_at = NULL"
+    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running' RETURNING state",
-    2, {INT8OID, INT8OID}, nullptr};
+    3, {INT8OID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
-// counted it already. $4 = retry_in (NULL: the queue's backoff).
+// counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now.
 #define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
 Statement fail = {
     "WITH failed AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
-    "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE statement_timestamp() +"
+    "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"
     "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"
-    "       finished_at = CASE WHEN " LAST_ATTEMPT " THEN statement_timestamp() END,"
+    "       finished_at = CASE WHEN " LAST_ATTEMPT " THEN $5 END,"
     "       lease_expires_at = NULL"
     "  FROM jobcap.queues q"
     " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
-    JOBCAP_HISTORY_CTES("failed", "'error'", "$3")
+    JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
     " SELECT state FROM failed",
-    4, {INT8OID, INT8OID, TEXTOID, INTERVALOID}, nullptr};
+    5, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}, nullptr};
 
-// A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted).
+// A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now.
 // lease_expires_at is in no index, so this is a HOT update.
 Statement heartbeat = {
     "UPDATE jobcap.jobs SET lease_expires_at ="
-    "   greatest(lease_expires_at, statement_timestamp() + coalesce($3, lease))"
+    "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running' RETURNING lease_expires_at",
-    3, {INT8OID, INT8OID, INTERVALOID}, nullptr};
+    4, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID}, nullptr};
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
@@ -49,6 +49,10 @@ Statement assert_current = {
     "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     " FOR NO KEY UPDATE",
     2, {INT8OID, INT8OID}, nullptr};
+
+}  // namespace statements
+
+namespace {
 
 // The error text as kept: at most jobcap.max_error_bytes, cut at a character boundary.
 Datum kept_error(text* error)
@@ -74,10 +78,11 @@ JOBCAP_FUNCTION(jobcap_complete_job)
     return guard("complete_job", [&]() -> Datum {
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
-        Datum values[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
+        Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           TimestampTzGetDatum(GetCurrentTimestamp())};
 
         SPI_connect();
-        if (run(complete, values, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
+        if (run(statements::complete, values, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
             raise_not_current("complete_job", job_id, fence);
         Datum state = column(0, 1);
         SPI_finish();
@@ -92,13 +97,13 @@ JOBCAP_FUNCTION(jobcap_fail_job)
         int64 fence = arg_fence(fcinfo, 1);
         bool no_retry_in = false;
         Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+        Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence),
                            PG_ARGISNULL(2) ? (Datum) 0 : kept_error(PG_GETARG_TEXT_PP(2)),
-                           retry_in};
-        char nulls[5] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', '\0'};
+                           retry_in, TimestampTzGetDatum(GetCurrentTimestamp())};
+        char nulls[6] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ', '\0'};
 
         SPI_connect();
-        if (run(fail, values, nulls, SPI_OK_SELECT) == 0)
+        if (run(statements::fail, values, nulls, SPI_OK_SELECT) == 0)
             raise_not_current("fail_job", job_id, fence);
         Datum state = column(0, 1);
         SPI_finish();
@@ -113,11 +118,12 @@ JOBCAP_FUNCTION(jobcap_heartbeat)
         int64 fence = arg_fence(fcinfo, 1);
         bool no_extend = false;
         Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
-        Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend};
-        char nulls[4] = {' ', ' ', no_extend ? 'n' : ' ', '\0'};
+        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
+                           TimestampTzGetDatum(GetCurrentTimestamp())};
+        char nulls[5] = {' ', ' ', no_extend ? 'n' : ' ', ' ', '\0'};
 
         SPI_connect();
-        if (run(heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+        if (run(statements::heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
             raise_not_current("heartbeat", job_id, fence);
         Datum expires = column(0, 1);
         SPI_finish();
@@ -133,7 +139,7 @@ JOBCAP_FUNCTION(jobcap_assert_fence)
         Datum values[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
 
         SPI_connect();
-        if (run(assert_current, values, nullptr, SPI_OK_SELECT) == 0)
+        if (run(statements::assert_current, values, nullptr, SPI_OK_SELECT) == 0)
             raise_not_current("assert_fence", job_id, fence);
         SPI_finish();
         PG_RETURN_VOID();

@@ -67,10 +67,12 @@ ok(defined $took && $took < 1 + 0.2 + 1,
 	"no job left running without a live lease after one lease plus one interval (${\ ($took // 'never')} s)");
 is($node->safe_psql('postgres', q{
     SELECT count(*) FROM jobcap.jobs j
-     WHERE j.attempts > 3 OR j.fence <> j.attempts
+     WHERE j.attempts > 3 OR (j.attempts = 0) <> (j.fence = 0)
         OR (j.state = 'dead') <> (j.attempts = 3 AND j.state <> 'succeeded' AND j.state <> 'pending')
         OR (j.state = 'pending' AND j.attempts >= 3)}), '0',
-	'every job within its cap, fences match attempts, dead exactly at the cap');
+	'every job within its cap, fenced exactly when claimed, dead exactly at the cap');
+is($node->safe_psql('postgres', "SELECT count(DISTINCT fence) = count(*) FROM jobcap.jobs WHERE fence > 0"),
+	't', 'no fence issued twice across the crash');
 is($node->safe_psql('postgres', q{
     SELECT count(*) FROM jobcap.job_errors e
      WHERE NOT EXISTS (SELECT FROM jobcap.jobs j WHERE j.job_id = e.job_id AND e.attempt <= j.attempts)}),

@@ -1,0 +1,38 @@
+-- Calls for throughput: many jobs enqueued in one statement; complete-and-claim-next in one
+-- transaction (one commit per job), fenced like complete_job.
+\set VERBOSITY terse
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 4000, false) IS NOT NULL AS ids_reset,
+       setval('jobcap.fences', 400, false) IS NOT NULL AS fences_reset;
+SELECT jobcap.create_queue('bulk', backoff_base => '0', backoff_max => '0');
+
+SELECT jobcap.enqueue_jobs('bulk', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[], priority => 5) AS ids \gset
+SELECT cardinality(:'ids'::bigint[]) AS enqueued;
+-- Ids come back in payload order.
+SELECT u.n, j.payload, j.priority FROM unnest(:'ids'::bigint[]) WITH ORDINALITY u(id, n)
+  JOIN jobcap.jobs j ON j.job_id = u.id ORDER BY u.n;
+SELECT jobcap.enqueue_jobs('bulk', '{}') AS none;
+SELECT jobcap.enqueue_jobs('bulk', ARRAY['{}', NULL]::jsonb[]);
+SELECT jobcap.enqueue_jobs('bulk', NULL);
+SELECT jobcap.enqueue_jobs('nowhere', ARRAY['{}']::jsonb[]);
+SELECT count(*) AS jobs FROM jobcap.jobs WHERE queue = 'bulk';
+
+-- complete_and_claim: the first claim is a plain claim; each later call settles the previous
+-- job and claims the next in the same transaction.
+SELECT job_id, fence FROM jobcap.claim_job('bulk', 'w') \gset
+SELECT payload->>'n' AS n, attempt FROM jobcap.complete_and_claim(:job_id, :fence, 'bulk', 'w') \gset
+SELECT :n AS claimed_next;
+SELECT state FROM jobcap.jobs WHERE job_id = :job_id;
+SELECT job_id, fence FROM jobcap.jobs WHERE queue = 'bulk' AND state = 'running' \gset
+SELECT payload->>'n' AS n FROM jobcap.complete_and_claim(:job_id, :fence, 'bulk', 'w');
+SELECT job_id AS last_job, fence AS last_fence FROM jobcap.jobs WHERE queue = 'bulk' AND state = 'running' \gset
+-- A stale fence raises before anything is claimed or completed.
+SELECT jobcap.enqueue_job('bulk', '{"n": 4}') IS NOT NULL AS enqueued;
+SELECT * FROM jobcap.complete_and_claim(:last_job, :last_fence - 1, 'bulk', 'w');
+\echo :LAST_ERROR_SQLSTATE
+SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'bulk' GROUP BY state ORDER BY state;
+-- The last job completes and nothing is left to claim but job 4.
+SELECT payload->>'n' AS n FROM jobcap.complete_and_claim(:last_job, :last_fence, 'bulk', 'w');
+SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'bulk' GROUP BY state ORDER BY state;
+SELECT * FROM jobcap.complete_and_claim(:last_job, :last_fence, 'bulk', '');
+
+SELECT jobcap.drop_queue('bulk', force => true);

@@ -1,0 +1,80 @@
+-- Plan shape of the claim, on the statement jobcap really prepares (jobcap.statements()):
+-- the locking scan runs once and locks no more rows than the batch, even with stale
+-- statistics and hash joins off, for both generic and custom plans. Rows exhausted by their
+-- cap never take a batch slot.
+\set VERBOSITY terse
+SELECT jobcap.create_queue('plans', max_attempts => 3);
+
+-- Statistics taken while the table is almost empty, then a backlog arrives.
+SELECT jobcap.enqueue_job('plans') AS seed \gset
+ANALYZE jobcap.jobs;
+-- 300 exhausted rows first in claim order (priority -10, attempts at the cap), then 3000 due.
+INSERT INTO jobcap.jobs (queue, priority, attempts)
+SELECT 'plans', -10, 3 FROM generate_series(1, 300);
+INSERT INTO jobcap.jobs (queue) SELECT 'plans' FROM generate_series(1, 3000);
+SET enable_hashjoin = off;
+
+CREATE FUNCTION claim_plan(batch int, mode text) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+  plan json;
+BEGIN
+  SELECT * INTO s FROM jobcap.statements() WHERE name = 'claim_job';
+  PERFORM set_config('plan_cache_mode', mode, true);
+  EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
+  EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
+                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s)', 'probe', 'plans', batch) INTO plan;
+  DEALLOCATE claim_probe;
+  RETURN plan::jsonb;
+END $$;
+
+CREATE FUNCTION lock_nodes(plan jsonb) RETURNS TABLE (loops bigint, locked bigint, scan text)
+LANGUAGE sql AS $$
+  SELECT (n->>'Actual Loops')::bigint, (n->>'Actual Rows')::bigint,
+         (n->'Plans'->0->>'Node Type') || coalesce(' using ' || (n->'Plans'->0->>'Index Name'), '')
+    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n
+$$;
+
+CREATE FUNCTION updated_rows(plan jsonb) RETURNS bigint LANGUAGE sql AS $$
+  SELECT sum((n->>'Actual Rows')::bigint)::bigint
+    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "ModifyTable")') n
+$$;
+
+SELECT 'custom' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(10, 'force_custom_plan') p, lock_nodes(p) l;
+SELECT 'generic' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(10, 'force_generic_plan') p, lock_nodes(p) l;
+SELECT 'generic, big batch' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(500, 'force_generic_plan') p, lock_nodes(p) l;
+
+-- Through the function itself: a claim of n returns n eligible jobs though 300 exhausted rows
+-- come first, and claims exactly them.
+SELECT count(*) AS claimed, bool_and(attempt = 1) AS all_fresh FROM jobcap.claim_job('plans', 'w', 25);
+SELECT count(*) AS running FROM jobcap.jobs WHERE queue = 'plans' AND state = 'running';
+SELECT count(*) FILTER (WHERE attempts > 3) AS over_cap FROM jobcap.jobs WHERE queue = 'plans';
+
+-- The reaper's locking scans run once each, and lock at most max_jobs.
+UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second' WHERE state = 'running';
+CREATE FUNCTION reap_plan(max_jobs int) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+  plan json;
+BEGIN
+  SELECT * INTO s FROM jobcap.statements() WHERE name = 'reap_jobs';
+  EXECUTE format('PREPARE reap_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
+  EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
+                 'EXECUTE reap_probe(%s, clock_timestamp())', max_jobs) INTO plan;
+  DEALLOCATE reap_probe;
+  RETURN plan::jsonb;
+END $$;
+SELECT l.loops, l.locked, l.scan FROM reap_plan(100) p, lock_nodes(p) l ORDER BY l.locked DESC;
+-- With room left after the expired leases, the over-cap sweep runs too (once).
+SELECT l.loops, l.locked, l.scan FROM reap_plan(1000) p, lock_nodes(p) l ORDER BY l.locked DESC;
+SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'plans' GROUP BY state ORDER BY state;
+
+RESET enable_hashjoin;
+DROP FUNCTION claim_plan(int, text);
+DROP FUNCTION reap_plan(int);
+DROP FUNCTION lock_nodes(jsonb);
+DROP FUNCTION updated_rows(jsonb);
+SELECT jobcap.drop_queue('plans', force => true);

@@ -1,0 +1,18 @@
+// The statements on the hot path, named so that jobcap.statements() can show them for EXPLAIN.
+#pragma once
+
+#include "plans.hpp"
+
+namespace jobcap::statements {
+
+extern Statement insert_job;      // enqueue.cpp
+extern Statement insert_jobs;     // enqueue.cpp
+extern Statement claim_batch;     // claim.cpp
+extern Statement claim_one;       // claim.cpp
+extern Statement complete;        // settle.cpp
+extern Statement fail;            // settle.cpp
+extern Statement heartbeat;       // settle.cpp
+extern Statement assert_current;  // settle.cpp
+extern Statement reap_cohort;     // reap.cpp
+
+}  // namespace jobcap::statements
