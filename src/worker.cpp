@@ -147,7 +147,8 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
     volatile uint64 result = 0;
 
     *error = nullptr;
-    // The reaper compares leases with statement_timestamp(): start each batch's clock anew.
+    // Each batch is a statement of its own: its start time (xact_start in pg_stat_activity,
+    // the prune cut-off) is now, not when the worker started.
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     PG_TRY();
