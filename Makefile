@@ -1,7 +1,7 @@
 # jobcap: built with PGXS against the server headers of the pg_config on PATH (PostgreSQL 15).
 #   make / make install        build and install into that PostgreSQL
 #   make installcheck          pg_regress suites against a throwaway instance (--temp-instance)
-#   make test                  everything: unit tests, regress, isolation, TAP, clients (test/run)
+#   make test                  everything: unit tests, regress, isolation, TAP, clients, chaos --short (test/run)
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
 
 EXTENSION  = jobcap
