@@ -61,6 +61,11 @@ struct Served {
 Served served[kMaxServed];
 int nserved = 0;
 
+// Listed names already reported as not servable (cleared on reload): one line each, not one
+// per look.
+char unservable[kMaxDatabases][NAMEDATALEN];
+int nunservable = 0;
+
 // SIGINT (pg_cancel_backend) asks the launcher to look at every database now, waiving the waits:
 // CREATE EXTENSION jobcap sends it, so a new database is served at once under '*'.
 volatile sig_atomic_t rescan_requested = false;
@@ -124,6 +129,35 @@ void scan_databases()
     CommitTransactionCommand();
 }
 
+// Says once per name when a listed database cannot be served (it does not exist yet, is a
+// template or refuses connections); it is served as soon as it can be.
+void report_unservable()
+{
+    if (all_databases())
+        return;
+    char* raw = pstrdup(guc_database != nullptr ? guc_database : "");
+    List* names = NIL;
+    if (!SplitGUCList(raw, ',', &names))
+        return;
+    ListCell* lc;
+    foreach (lc, names) {
+        const char* name = static_cast<const char*>(lfirst(lc));
+        bool found = false;
+        for (int i = 0; i < nserved && !found; ++i)
+            found = served[i].selected && strcmp(served[i].name, name) == 0;
+        for (int i = 0; i < nunservable && !found; ++i)
+            found = strcmp(unservable[i], name) == 0;
+        if (found || nunservable == kMaxDatabases)
+            continue;
+        strlcpy(unservable[nunservable++], name, NAMEDATALEN);
+        ereport(LOG, (errmsg("jobcap launcher cannot serve database \"%s\" named in "
+                             "jobcap.database",
+                             name),
+                      errdetail("It does not exist, is a template, or does not accept "
+                                "connections. It will be served once it can be.")));
+    }
+}
+
 // Starts a reaper for s; false when no background worker slot is free.
 bool start_reaper(Served* s, TimestampTz now)
 {
@@ -168,6 +202,7 @@ bool start_reaper(Served* s, TimestampTz now)
 long turn()
 {
     scan_databases();
+    report_unservable();
 
     TimestampTz now = GetCurrentTimestamp();
     TimestampTz wake = now + recheck_usec();  // '*' finds new databases at this pace
@@ -296,6 +331,7 @@ extern "C" void jobcap_launcher_main(Datum)
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
+            nunservable = 0;
         }
         if (rescan_requested) {
             rescan_requested = false;

@@ -39,6 +39,8 @@ $node->safe_psql('postgres', 'CREATE DATABASE other');
 ok(defined wait_until($node, "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'",
 	't', 15), 'one worker per listed database');
 is(count_log($node, qr/FATAL/), 0, 'no FATAL for the database that was missing');
+is(count_log($node, qr/LOG:  jobcap launcher cannot serve database "other" named in jobcap.database/), 1,
+	'but one line saying it could not be served');
 ($rc, $out, $err) = $node->psql('other', 'CREATE EXTENSION jobcap');
 is($err, '', 'installing where a worker serves is quiet');
 $node->safe_psql('other', q{
