@@ -332,8 +332,8 @@ void extension_found()
 }
 
 // Runs step in batches until a batch comes back short or the cycle's budget is spent; `verb`
-// and `noun` say what a batch did, in a DEBUG1 line per batch. Returns -1 when all went well, else the
-// time to wait before the next cycle.
+// and `noun` say what a batch did, in a DEBUG1 line per batch. Returns -1 when all went well,
+// else the time to wait before the next cycle.
 long in_batches(const char* what, const char* verb, const char* noun, const char* activity,
                 Step step)
 {
