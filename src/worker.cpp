@@ -362,7 +362,8 @@ long cycle()
     if (RecoveryInProgress())
         return reap_interval_ms();
 
-    long wait = in_batches("reap jobs", "reaped", "jobs", "jobcap: reaping expired leases", reap_step);
+    long wait =
+        in_batches("reap jobs", "reaped", "jobs", "jobcap: reaping expired leases", reap_step);
     if (wait >= 0)
         return wait;
     if (guc_succeeded_retention_s > 0) {

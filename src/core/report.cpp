@@ -66,7 +66,8 @@ bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept
     const char* sep = "";
     if (w.new_dead > 0) {
         append(out, out_size, &used, "%lld %s went dead (%lld dead in all)",
-               static_cast<long long>(w.new_dead), jobs(w.new_dead), static_cast<long long>(w.dead));
+               static_cast<long long>(w.new_dead), jobs(w.new_dead),
+               static_cast<long long>(w.dead));
         sep = "; ";
     }
     if (w.lease_jobs > 0) {
