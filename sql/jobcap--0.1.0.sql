@@ -55,6 +55,10 @@ CREATE INDEX jobs_running ON jobcap.jobs (queue) WHERE state = 'running';
 -- The reaper's over-cap sweep: a pending job can be over its cap only after an attempt, so
 -- fresh jobs (attempts = 0) stay out of this index and enqueue does not pay for it.
 CREATE INDEX jobs_retrying ON jobcap.jobs (queue) WHERE state = 'pending' AND attempts > 0;
+-- Retention (the background worker) deletes finished jobs by age. Only finished rows enter this
+-- index, so claims, heartbeats and retries never pay for it: one entry per job, at its end.
+CREATE INDEX jobs_finished ON jobcap.jobs (state, finished_at)
+    WHERE state IN ('succeeded', 'dead', 'cancelled');
 -- Dedupe keys are unique among the jobs that block re-enqueueing: pending, running and dead.
 CREATE UNIQUE INDEX jobs_dedupe ON jobcap.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead');
@@ -267,3 +271,23 @@ RETURNS TABLE (job_id bigint, fence bigint, attempt integer, max_attempts intege
 LANGUAGE C VOLATILE ROWS 1
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_complete_and_claim';
+
+-- Warn at install time when no background worker serves this database, so nothing reaps it
+-- unless reap_jobs() is scheduled (docs: "Background worker"). Under jobcap.database = '*', wake
+-- the launcher (a cancel request is its "look again now"), so this database is served at once.
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('jobcap.database', true) OPERATOR(pg_catalog.=) '*'
+       AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                    WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher') THEN
+        PERFORM pg_catalog.pg_cancel_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+          WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher';
+    ELSIF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                       WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap reaper'
+                         AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
+        RAISE WARNING 'no jobcap background worker serves database "%"', pg_catalog.current_database()
+            USING HINT = 'Name this database in jobcap.database with jobcap in shared_preload_libraries, '
+                         'or schedule SELECT jobcap.reap_jobs() (pg_cron, cron + psql).';
+    END IF;
+END
+$$;
