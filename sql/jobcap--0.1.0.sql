@@ -50,8 +50,10 @@ CREATE SEQUENCE jobcap.fences AS bigint;
 -- The claim walks this index in claim order; nothing else is pending-and-ordered.
 CREATE INDEX jobs_claim ON jobcap.jobs (queue, priority, run_at, job_id) WHERE state = 'pending';
 -- The reaper's expired leases: running jobs only. lease_expires_at stays out of every index so
--- a heartbeat is a HOT update.
-CREATE INDEX jobs_running ON jobcap.jobs (queue) WHERE state = 'running';
+-- a heartbeat is a HOT update. Keyed by job_id so that a fenced call (job_id = $1 AND state =
+-- 'running') finds its row through this index as directly as through the primary key, however
+-- empty the index looked when statistics were last taken.
+CREATE INDEX jobs_running ON jobcap.jobs (job_id) WHERE state = 'running';
 -- The reaper's over-cap sweep: a pending job can be over its cap only after an attempt, so
 -- fresh jobs (attempts = 0) stay out of this index and enqueue does not pay for it.
 CREATE INDEX jobs_retrying ON jobcap.jobs (queue) WHERE state = 'pending' AND attempts > 0;
@@ -242,7 +244,7 @@ SELECT q.queue,
 -- The statements jobcap prepares, for EXPLAIN: PREPARE p(<argtypes>) AS <sql>.
 CREATE FUNCTION jobcap.statements()
 RETURNS TABLE (name text, argtypes regtype[], sql text)
-LANGUAGE C STABLE ROWS 8
+LANGUAGE C STABLE ROWS 10
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_statements';
 
@@ -258,6 +260,14 @@ RETURNS bigint[]
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
+
+-- Completes a batch: all or nothing. A fence that is not current raises JC001 (for the first such
+-- job) and no job of the batch is completed. Returns how many jobs were completed.
+CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[])
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_jobs';
 
 CREATE FUNCTION jobcap.complete_and_claim(
     job_id bigint,

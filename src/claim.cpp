@@ -14,7 +14,9 @@ namespace statements {
 // The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
 // every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
 // LockRows sits under the LIMIT (rows skipped or re-checked away do not count). The UPDATE
-// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED.
+// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED; the
+// guards are wrapped in IS TRUE (same meaning in a WHERE) so the planner cannot use them to pick
+// an index: it must reach the claimed rows by primary key, never by walking the backlog.
 // The fence comes from a sequence, so a claim that rolled back never hands its fence out again.
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
 // $3 = lease (NULL: the queue's).
@@ -25,8 +27,8 @@ namespace statements {
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                    \
     "   FROM jobcap.queues q"                                                                     \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"            \
-    "    AND j.state = 'pending' AND j.run_at <= $1"                                              \
-    "    AND j.attempts < coalesce(j.max_attempts, q.max_attempts)"                               \
+    "    AND (j.state = 'pending' AND j.run_at <= $1"                                             \
+    "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                 \
     "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap," \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at)"                                    \
     " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
@@ -43,7 +45,7 @@ Statement claim_batch = {
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID}, nullptr};
+    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID}, nullptr, true};
 
 // $4 = job_id.
 Statement claim_one = {
@@ -54,7 +56,7 @@ Statement claim_one = {
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    4, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID}, nullptr};
+    4, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID}, nullptr, true};
 
 }  // namespace statements
 
