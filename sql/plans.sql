@@ -2,7 +2,7 @@
 -- the locking scan runs once and locks no more rows than the batch, even with stale
 -- statistics and hash joins off, for both generic and custom plans. Rows exhausted by their
 -- cap never take a batch slot. jobcap keeps one generic plan of its claims and of the reaper,
--- made with sequential scans, bitmap scans and sorts disabled (src/plans.hpp): the probes
+-- made with sequential scans, bitmap scans, sorts and JIT disabled (src/plans.hpp): the probes
 -- below plan them the same way.
 \set VERBOSITY terse
 SELECT jobcap.create_queue('plans', max_attempts => 3);
@@ -23,7 +23,7 @@ DECLARE
 BEGIN
   SELECT * INTO s FROM jobcap.statements() WHERE name = 'claim_job';
   PERFORM set_config('plan_cache_mode', mode, true);
-  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort}'::text[]) g;
+  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
                  'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s)', 'probe', 'plans', batch) INTO plan;
@@ -65,7 +65,7 @@ DECLARE
 BEGIN
   SELECT * INTO s FROM jobcap.statements() WHERE name = 'reap_jobs';
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
-  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort}'::text[]) g;
+  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE reap_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
                  'EXECUTE reap_probe(%s, clock_timestamp())', max_jobs) INTO plan;

@@ -27,11 +27,13 @@ uint64 checked(int rc, int expected)
 }
 
 // The plan cache may (re)plan inside SPI_execute_plan, after any invalidation: the steering
-// settings are in force around every execution, at a cost of three GUC assignments. An error in
+// settings are in force around every execution, at a cost of four GUC assignments. JIT is
+// decided when planning, from the plan's cost, which the disabled paths inflate; it would
+// compile these small statements on every execution, so it is off too. An error in
 // between needs no cleanup: transaction or subtransaction abort restores the settings.
 int execute_steered(SPIPlanPtr plan, Datum* values, const char* nulls)
 {
-    static const char* const kOff[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort"};
+    static const char* const kOff[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"};
     int nest = NewGUCNestLevel();
     for (const char* name : kOff)
         (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,

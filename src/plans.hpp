@@ -13,11 +13,11 @@ struct Statement {
     int nargs;
     Oid argtypes[8];
     SPIPlanPtr plan;
-    // Steered statements (the claims and the reaper) keep ONE generic plan, made with
-    // sequential scans, bitmap scans and sorts disabled: planning a claim costs twice what
-    // running it does, and a plan made from statistics of an empty table must still walk the
-    // claim index in order and reach claimed rows by primary key. Plain statements leave the
-    // choice to PostgreSQL's plan cache.
+    // Steered statements (the claims, complete_jobs and the reaper) keep ONE generic plan, made
+    // with sequential scans, bitmap scans, sorts and JIT disabled: planning a claim costs twice
+    // what running it does, and a plan made from statistics of an empty table must still walk
+    // the claim index in order and reach claimed rows by primary key. Plain statements leave
+    // the choice to PostgreSQL's plan cache.
     bool steered;
 };
 

@@ -107,8 +107,10 @@ END $$;
 -- nothing is claimed. Returns one line: the scan under the LockRows node, its index, the rows
 -- it returned and the buffers it touched, and any sequential or bitmap scan of the jobs table
 -- anywhere in the plan (the one-row queues table may be read any way). The harness requires
--- the partial index and no sequential or bitmap scan of jobs.
-CREATE FUNCTION bench.claim_plan(sql text, argtypes text, args text, mode text)
+-- the partial index and no sequential or bitmap scan of jobs. steer plans the statement as
+-- jobcap does its claims (src/plans.hpp: sequential scans, bitmap scans, sorts and JIT off).
+CREATE FUNCTION bench.claim_plan(sql text, argtypes text, args text, mode text,
+                                 steer boolean DEFAULT false)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     plan jsonb;
@@ -116,6 +118,10 @@ DECLARE
     others text;
 BEGIN
     PERFORM set_config('plan_cache_mode', mode, true);
+    IF steer THEN
+        PERFORM set_config(g, 'off', true)
+           FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
+    END IF;
     EXECUTE format('PREPARE bench_claim_probe(%s) AS %s', argtypes, sql);
     BEGIN
         EXECUTE format('EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
@@ -126,6 +132,8 @@ BEGIN
     END;
     DEALLOCATE bench_claim_probe;
     PERFORM set_config('plan_cache_mode', 'auto', true);
+    PERFORM set_config(g, 'on', true)
+       FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
     SELECT n INTO lock FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n
      LIMIT 1;
     SELECT string_agg(DISTINCT (n->>'Node Type') || ' on '
@@ -163,10 +171,11 @@ BEGIN
 END $$;
 
 -- What jobcap's own hot-path statements do, from jobcap.statements() (the SQL it prepares and
--- keeps per backend), inside a rolled-back subtransaction: whether PostgreSQL's plan cache
--- settles on a generic plan or re-plans on every call (it decides the same way for SPI plans;
--- claims of one job, as W1), and which scan complete_job's compare-and-swap uses while some
--- jobs are running. Diagnostics for the report; they change no figure.
+-- keeps per backend), inside a rolled-back subtransaction: which scan complete_job's
+-- compare-and-swap uses while some jobs are running (jobcap keeps one steered generic plan of its
+-- claims, so the claim is not probed for re-planning). Diagnostics for the report; they change
+-- no figure. The 20 jobs are claimed with the prepared claim statement itself: jobcap.claim_job
+-- refuses to run inside a subtransaction.
 CREATE FUNCTION bench.jobcap_probe() RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE
     c record;
@@ -179,25 +188,29 @@ DECLARE
     running bigint;
     result text[] := '{}';
 BEGIN
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+    PERFORM set_config(g, 'off', true)
+       FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
     FOR s IN SELECT * FROM jobcap.statements() WHERE name IN ('claim_job', 'complete_job') LOOP
         EXECUTE format('PREPARE %I(%s) AS %s', 'bench_probe_' || s.name,
                        array_to_string(s.argtypes, ', '), s.sql);
     END LOOP;
     BEGIN
-        FOR i IN 1..10 LOOP
-            EXECUTE $q$EXECUTE bench_probe_claim_job('bench', 'probe', NULL, 1)$q$;
+        job := '{}';
+        fence := '{}';
+        FOR c IN EXECUTE $q$EXECUTE bench_probe_claim_job(clock_timestamp(), 'probe', NULL, 'bench', 20)$q$ LOOP
+            job := job || c.job_id;
+            fence := fence || c.fence;
         END LOOP;
-        SELECT array_agg(x.job_id), array_agg(x.fence) INTO job, fence
-          FROM jobcap.claim_job('bench', 'probe', 20) x;
         IF coalesce(cardinality(job), 0) < 20 THEN
             result := result || 'complete_job: not probed (fewer than 20 pending jobs)'::text;
         ELSE
             FOR i IN 1..10 LOOP
-                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s)', job[i], fence[i]);
+                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp())', job[i], fence[i]);
             END LOOP;
             SELECT count(*) INTO running FROM jobcap.jobs WHERE state = 'running';
             EXECUTE format('EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                           'EXECUTE bench_probe_complete_job(%s, %s)', job[20], fence[20]) INTO plan;
+                           'EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp())', job[20], fence[20]) INTO plan;
             scan := plan->0->'Plan'->'Plans'->0;
             result := result || format('complete_job with %s jobs running: %s using %s, %s, %s rows read and filtered out, %s buffers',
                 running, scan->>'Node Type', coalesce(scan->>'Index Name', '-'),
