@@ -10,15 +10,16 @@ EXTENSION  = jobcap
 EXTVERSION = 0.1.0
 MODULE_big = jobcap
 
-CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp
+CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp src/core/stats.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp
+            src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp \
+            src/stats.cpp src/metrics.cpp src/deadletter.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)
 
-REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans stats \
           no_preload
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \

@@ -195,51 +195,138 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_cancel_job';
 
--- Views for people.
+-- Views and functions for people: docs/observability.md. The figures come from partial indexes
+-- (live and dead jobs), from job_errors (failures are rare events) and from counts the background
+-- worker keeps (jobcap.refresh_stats); never from a scan of the succeeded jobs kept.
 
+-- Dead jobs by queue and time of death. A job enters this index once, when it dies (a rare
+-- event), so claims and completions never pay for it.
+CREATE INDEX jobs_dead ON jobcap.jobs (queue, finished_at) WHERE state = 'dead';
+
+-- Finished jobs counted per queue and minute (date_bin from 2000-01-01 UTC), and the claim
+-- latency (enqueued_at -> first_claimed_at) of those jobs as a histogram: bin 0 holds latencies
+-- under 1 ms, bin k >= 1 those in [2^((k-1)/4), 2^(k/4)) ms, the last bin everything longer.
+-- Written only by jobcap.refresh_stats() (the background worker calls it), one call at a time;
+-- minutes older than 25 hours are deleted.
+CREATE TABLE jobcap.stats_minutes (
+    queue     text NOT NULL,
+    minute    timestamptz NOT NULL,
+    succeeded bigint NOT NULL DEFAULT 0,
+    cancelled bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, minute)
+);
+CREATE INDEX stats_minutes_minute ON jobcap.stats_minutes (minute);
+CREATE TABLE jobcap.stats_latency (
+    queue  text NOT NULL,
+    minute timestamptz NOT NULL,
+    bin    smallint NOT NULL,
+    jobs   bigint NOT NULL,
+    PRIMARY KEY (queue, minute, bin)
+);
+CREATE INDEX stats_latency_minute ON jobcap.stats_latency (minute);
+-- Jobs that finished up to counted_until are in the counts. Retention never deletes a finished
+-- job that is not counted yet.
+CREATE TABLE jobcap.stats_progress (
+    one           boolean PRIMARY KEY DEFAULT true CHECK (one),
+    counted_until timestamptz NOT NULL
+);
+INSERT INTO jobcap.stats_progress (counted_until) VALUES (pg_catalog.now());
+COMMENT ON TABLE jobcap.stats_minutes IS
+    'Jobs that succeeded or were cancelled, per queue and minute of finishing (jobcap.refresh_stats).';
+COMMENT ON TABLE jobcap.stats_latency IS
+    'Claim latency histogram of the jobs that finished, per queue and minute (jobcap.refresh_stats).';
+COMMENT ON TABLE jobcap.stats_progress IS 'How far jobcap.refresh_stats has counted finished jobs.';
+
+CREATE FUNCTION jobcap.queue_stats_between(since timestamptz, until timestamptz DEFAULT NULL)
+RETURNS TABLE (queue text, pending bigint, scheduled bigint, running bigint, succeeded bigint,
+               dead bigint, cancelled bigint, failed_attempts bigint, failing_jobs bigint,
+               lost_leases bigint, crashed_jobs bigint, new_dead bigint,
+               claim_latency_p50 interval, claim_latency_p95 interval,
+               oldest_pending_age interval, window_start timestamptz, window_end timestamptz,
+               counted_until timestamptz)
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_queue_stats_between';
+COMMENT ON FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz) IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency in (since, until]; NULL since = until - jobcap.stats_window, NULL until = now.';
+
+-- The same over the last jobcap.stats_window (SET jobcap.stats_window = '15min' for another).
+CREATE VIEW jobcap.queue_stats AS SELECT * FROM jobcap.queue_stats_between(NULL, NULL);
+COMMENT ON VIEW jobcap.queue_stats IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency over the last jobcap.stats_window.';
+
+CREATE FUNCTION jobcap.refresh_stats(max_jobs integer DEFAULT 100000)
+RETURNS bigint
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_refresh_stats';
+COMMENT ON FUNCTION jobcap.refresh_stats(integer) IS
+    'Counts up to max_jobs finished jobs not counted yet (the background worker calls it); returns how many; 0 while another call is counting.';
+
+CREATE FUNCTION jobcap.metrics()
+RETURNS text
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_metrics';
+COMMENT ON FUNCTION jobcap.metrics() IS
+    'The numbers of jobcap.queue_stats in the Prometheus text exposition format (version 0.0.4).';
+
+CREATE FUNCTION jobcap.top_failing_jobs(queue text DEFAULT NULL, n integer DEFAULT 10,
+                                        since timestamptz DEFAULT NULL,
+                                        until timestamptz DEFAULT NULL)
+RETURNS TABLE (job_id bigint, queue text, state jobcap.job_state, attempts integer,
+               max_attempts integer, failures bigint, errors bigint, crashes bigint,
+               first_failure_at timestamptz, last_failure_at timestamptz, last_errors text[])
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_top_failing_jobs';
+COMMENT ON FUNCTION jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz) IS
+    'The n jobs (of queue, or of every queue) with the most failed attempts in the window, worst first.';
+
+-- Dead letters in bulk: the dead jobs of a queue whose last error matches error_like (LIKE) and
+-- that died in (died_after, died_before), oldest death first, at most max_jobs per call.
+CREATE FUNCTION jobcap.requeue_dead(queue text, reason text, error_like text DEFAULT NULL,
+                                    died_after timestamptz DEFAULT NULL,
+                                    died_before timestamptz DEFAULT NULL,
+                                    max_jobs integer DEFAULT 1000,
+                                    extra_attempts integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_requeue_dead';
+COMMENT ON FUNCTION jobcap.requeue_dead(text, text, text, timestamptz, timestamptz, integer, integer) IS
+    'requeue_job for matching dead jobs of a queue, at most max_jobs per call; returns how many were requeued.';
+
+CREATE FUNCTION jobcap.purge_dead(queue text, error_like text DEFAULT NULL,
+                                  died_after timestamptz DEFAULT NULL,
+                                  died_before timestamptz DEFAULT NULL,
+                                  max_jobs integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_purge_dead';
+COMMENT ON FUNCTION jobcap.purge_dead(text, text, timestamptz, timestamptz, integer) IS
+    'Deletes matching dead jobs of a queue with their history, at most max_jobs per call; returns how many.';
+
+-- Each dead job with its last outcome and what its kept history (the last jobcap.error_history
+-- entries) says: reported errors, lost leases (crashes), first and last failure.
 CREATE VIEW jobcap.dead_jobs AS
 SELECT j.job_id, j.queue, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS max_attempts,
        j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
-       e.kind AS last_outcome, e.error AS last_error
+       e.kind AS last_outcome, e.error AS last_error,
+       h.errors, h.crashes, h.first_failure_at, h.last_failure_at
   FROM jobcap.jobs j
   LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
   LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
                       WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
                       ORDER BY e.seq DESC LIMIT 1) e ON true
+  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'lease_expired') AS crashes,
+                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
+                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
+                       FROM jobcap.job_errors h
+                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
  WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
-
-CREATE VIEW jobcap.queue_stats AS
-SELECT q.queue,
-       coalesce(c.pending, 0) AS pending,
-       coalesce(c.scheduled, 0) AS scheduled,
-       coalesce(c.running, 0) AS running,
-       coalesce(c.succeeded, 0) AS succeeded,
-       coalesce(c.dead, 0) AS dead,
-       coalesce(c.cancelled, 0) AS cancelled,
-       coalesce(f.failed_attempts, 0) AS failed_attempts_1h,
-       coalesce(f.failing_jobs, 0) AS failing_jobs_1h,
-       pg_catalog.now() OPERATOR(pg_catalog.-) c.oldest_due AS oldest_pending_age
-  FROM jobcap.queues q
-  LEFT JOIN (
-      SELECT j.queue,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'::jobcap.job_state
-                                AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS pending,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'::jobcap.job_state
-                                AND j.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running'::jobcap.job_state) AS running,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'succeeded'::jobcap.job_state) AS succeeded,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state) AS dead,
-             count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled'::jobcap.job_state) AS cancelled,
-             min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'::jobcap.job_state
-                                     AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
-        FROM jobcap.jobs j
-       GROUP BY j.queue) c ON c.queue OPERATOR(pg_catalog.=) q.queue
-  LEFT JOIN (
-      SELECT e.queue, count(*) AS failed_attempts, count(DISTINCT e.job_id) AS failing_jobs
-        FROM jobcap.job_errors e
-       WHERE e.kind OPERATOR(pg_catalog.<>) 'requeued'
-         AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour')
-       GROUP BY e.queue) f ON f.queue OPERATOR(pg_catalog.=) q.queue;
 
 -- The statements jobcap prepares, for EXPLAIN: PREPARE p(<argtypes>) AS <sql>.
 CREATE FUNCTION jobcap.statements()

@@ -2,6 +2,7 @@
 #include "pg.hpp"
 
 #include "jobcap.hpp"
+#include "stats.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -69,6 +70,7 @@ extern "C" void _PG_init(void)
                             "worker deletes them.",
                             "0 (the default) keeps them forever.", &jobcap::guc_dead_retention_s,
                             0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
 
     if (process_shared_preload_libraries_in_progress)

@@ -18,6 +18,7 @@ const Named kStatements[] = {
     {"complete_jobs", &statements::complete_many},
     {"fail_job", &statements::fail},              {"heartbeat", &statements::heartbeat},
     {"assert_fence", &statements::assert_current}, {"reap_jobs", &statements::reap_cohort},
+    {"queue_stats", &statements::queue_stats},     {"refresh_stats", &statements::refresh_stats},
 };
 
 }  // namespace

@@ -15,5 +15,7 @@ extern Statement fail;            // settle.cpp
 extern Statement heartbeat;       // settle.cpp
 extern Statement assert_current;  // settle.cpp
 extern Statement reap_cohort;     // reap.cpp
+extern Statement queue_stats;     // stats.cpp (not on the hot path: the figures' one statement)
+extern Statement refresh_stats;   // stats.cpp
 
 }  // namespace jobcap::statements

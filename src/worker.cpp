@@ -1,7 +1,9 @@
 // The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
 // started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
-// as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, prunes finished jobs past their
-// retention, and every jobcap.report_interval logs one line per queue that got worse.
+// as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
+// (refresh_stats, src/stats.cpp; at most once a second), prunes finished jobs past their
+// retention once they are counted, and every jobcap.report_interval logs one line per queue
+// that got worse, from the same figures as jobcap.queue_stats (collect_stats).
 //
 // Shaped like PostgreSQL's src/test/modules/worker_spi: signal handlers only set flags and the
 // latch; each batch is its own short transaction (statement start timestamp, transaction, SPI,
@@ -36,6 +38,7 @@ extern "C" {
 #include "jobcap.hpp"
 #include "plans.hpp"
 #include "reap.hpp"
+#include "stats.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
 
@@ -53,16 +56,19 @@ constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper lo
                                            // extension (a CREATE EXTENSION that woke the
                                            // launcher may not have committed yet)
 constexpr long kAbsentPollMs = 100;
+constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 // The session advisory lock a reaper holds on its database: ('jobc', 'reap').
 constexpr const char* kTakeLock = "SELECT pg_catalog.pg_try_advisory_lock(1785684579, 1919246704)";
 
 // Retention: finished jobs older than $1 (a timestamptz cut) go, at most $2 per transaction,
-// with their error history. Locked rows are skipped (a requeue in flight wins); the DELETE
-// repeats the guard. The jobs_finished index serves the scan.
+// with their error history, but never one that refresh_stats has not counted yet. Locked rows
+// are skipped (a requeue in flight wins); the DELETE repeats the guard. The jobs_finished index
+// serves the scan.
 #define PRUNE(STATES)                                                                             \
     "WITH doomed AS MATERIALIZED ("                                                               \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
-    "   WHERE j.state IN (" STATES ") AND j.finished_at < $1"                                     \
+    "   WHERE j.state IN (" STATES ")"                                                            \
+    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"   \
     "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                   \
     " gone AS (DELETE FROM jobcap.jobs j"                                                         \
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                  \
@@ -74,40 +80,6 @@ constexpr const char* kTakeLock = "SELECT pg_catalog.pg_try_advisory_lock(178568
 
 Statement prune_succeeded = {PRUNE("'succeeded'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
 Statement prune_dead = {PRUNE("'dead', 'cancelled'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
-
-// The report window ends at the start of the oldest transaction that may still commit a death
-// or an expired lease in this database (one that has written, or is running a statement), so a
-// transaction that commits after the report is counted by the next one, never lost or counted
-// twice. Autovacuum writes no jobs.
-Statement report_horizon = {
-    "SELECT min(a.xact_start) FROM pg_catalog.pg_stat_activity a"
-    " WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()"
-    "   AND a.backend_type <> 'autovacuum worker'"
-    "   AND (a.backend_xid IS NOT NULL OR a.state = 'active')",
-    0, {}, nullptr};
-
-// Per queue over the window ($1, $2]: jobs that went dead, distinct jobs that lost attempts to
-// expired leases (the reaper's history rows) and those attempts, the due backlog now and its
-// oldest job's age in seconds; the dead total only for queues with news.
-Statement report_queues = {
-    "WITH died AS (SELECT j.queue, count(*) AS n FROM jobcap.jobs j"
-    "   WHERE j.state = 'dead' AND j.finished_at > $1 AND j.finished_at <= $2 GROUP BY j.queue),"
-    " lost AS (SELECT e.queue, count(DISTINCT e.job_id) AS jobs, count(*) AS attempts"
-    "   FROM jobcap.job_errors e"
-    "   WHERE e.kind = 'lease_expired' AND e.at > $1 AND e.at <= $2 GROUP BY e.queue),"
-    " due AS (SELECT j.queue, count(*) AS n, min(j.run_at) AS oldest FROM jobcap.jobs j"
-    "   WHERE j.state = 'pending' AND j.run_at <= statement_timestamp() GROUP BY j.queue)"
-    " SELECT q.queue, coalesce(d.n, 0),"
-    "   CASE WHEN d.n > 0 THEN (SELECT count(*) FROM jobcap.jobs j"
-    "     WHERE j.state = 'dead' AND j.queue = q.queue) ELSE 0 END,"
-    "   coalesce(l.jobs, 0), coalesce(l.attempts, 0), coalesce(u.n, 0),"
-    "   coalesce(extract(epoch FROM statement_timestamp() - u.oldest), 0)::bigint"
-    "  FROM jobcap.queues q"
-    "  LEFT JOIN died d ON d.queue = q.queue"
-    "  LEFT JOIN lost l ON l.queue = q.queue"
-    "  LEFT JOIN due u ON u.queue = q.queue"
-    " ORDER BY q.queue",
-    2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
 // What the worker remembers of a queue between reports: its due backlog.
 struct QueueMemory {
@@ -124,6 +96,7 @@ struct Worker {
     bool extension_present;
     TimestampTz window_start;   // where the next report window starts
     TimestampTz next_report;
+    TimestampTz next_count;     // when finished jobs may be counted again
     QueueMemory* queues;        // in TopMemoryContext
     int nqueues;
     bool locked;                // holds the advisory lock: the one reaper of this database
@@ -220,45 +193,46 @@ int64 due_before(const char* queue)
     return -1;
 }
 
-// One report: a line per queue that got worse over (window_start, horizon].
+// Counts finished jobs: the same call as jobcap.refresh_stats(). Another counter at work
+// (a scheduled refresh_stats) makes it a short batch: nothing to do now.
+uint64 count_step(int32 batch)
+{
+    int64 counted = refresh_counts(batch);
+    return counted < 0 ? 0 : (uint64) counted;
+}
+
+// One report: a line per queue that got worse over (window_start, horizon]. The window ends
+// where no transaction still running can write into it (settled_horizon), so a slow
+// transaction's deaths are counted by the next report, never lost or counted twice.
 uint64 report_step(int32)
 {
-    TimestampTz now = GetCurrentStatementStartTimestamp();
-    TimestampTz horizon = now;
-    bool null = false;
-
-    run(report_horizon, nullptr, nullptr, SPI_OK_SELECT);
-    Datum oldest = column(0, 1, &null);
-    if (!null && DatumGetTimestampTz(oldest) < horizon)
-        horizon = DatumGetTimestampTz(oldest);
-    // A transaction open for ages must not silence the reports: it may miss its own deaths.
-    TimestampTz floor = now - (int64) 5 * guc_report_interval_s * USECS_PER_SEC;
-    if (horizon < floor)
-        horizon = floor;
-    if (horizon < w.window_start)
-        horizon = w.window_start;
-
-    Datum values[2] = {TimestampTzGetDatum(w.window_start), TimestampTzGetDatum(horizon)};
-    uint64 rows = run(report_queues, values, nullptr, SPI_OK_SELECT);
+    StatsWindow sw = {};
+    sw.now = GetCurrentStatementStartTimestamp();
+    sw.since = w.window_start;
+    sw.until = settled_horizon(sw.now, w.window_start);
+    QueueStats* stats = nullptr;
+    uint64 rows = collect_stats(sw, &stats);
 
     QueueMemory* seen = static_cast<QueueMemory*>(palloc0(sizeof(QueueMemory) * (rows + 1)));
     for (uint64 r = 0; r < rows; ++r) {
-        char* queue = TextDatumGetCString(column(r, 1));
+        const QueueStats& s = stats[r];
         core::QueueWindow qw;
-        qw.new_dead = DatumGetInt64(column(r, 2));
-        qw.dead = DatumGetInt64(column(r, 3));
-        qw.lease_jobs = DatumGetInt64(column(r, 4));
-        qw.lease_attempts = DatumGetInt64(column(r, 5));
-        qw.due = DatumGetInt64(column(r, 6));
-        qw.due_before = due_before(queue);
-        qw.oldest_due_sec = DatumGetInt64(column(r, 7));
+        qw.new_dead = s.new_dead;
+        qw.dead = s.dead;
+        qw.lease_jobs = s.crashed_jobs;
+        qw.lease_attempts = s.lost_leases;
+        qw.failing_jobs = s.failing_jobs;
+        qw.failed_attempts = s.failed_attempts;
+        qw.due = s.pending;
+        qw.due_before = due_before(s.queue);
+        qw.oldest_due_sec = s.has_oldest ? (int64) s.oldest_pending_sec : 0;
         qw.window_sec = guc_report_interval_s;
 
         char line[512];
         if (core::report_line(qw, line, sizeof line))
-            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", queue, w.database,
-                                 line)));
-        strlcpy(seen[r].queue, queue, sizeof seen[r].queue);
+            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue,
+                                 w.database, line)));
+        strlcpy(seen[r].queue, s.queue, sizeof seen[r].queue);
         seen[r].due = qw.due;
     }
 
@@ -270,7 +244,7 @@ uint64 report_step(int32)
         pfree(w.queues);
     w.queues = kept;
     w.nqueues = (int) rows;
-    w.window_start = horizon;
+    w.window_start = sw.until;
     return rows;
 }
 
@@ -366,6 +340,15 @@ long cycle()
         in_batches("reap jobs", "reaped", "jobs", "jobcap: reaping expired leases", reap_step);
     if (wait >= 0)
         return wait;
+    // Counting comes before pruning: retention deletes only jobs already counted.
+    TimestampTz started = GetCurrentTimestamp();
+    if (started >= w.next_count) {
+        wait = in_batches("count finished jobs", "counted", "finished jobs",
+                          "jobcap: counting finished jobs", count_step);
+        if (wait >= 0)
+            return wait;
+        w.next_count = started + kCountEveryUs;
+    }
     if (guc_succeeded_retention_s > 0) {
         wait = in_batches("prune succeeded jobs", "pruned", "succeeded jobs",
                           "jobcap: pruning succeeded jobs", prune_succeeded_step);

@@ -70,6 +70,12 @@ bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept
                static_cast<long long>(w.dead));
         sep = "; ";
     }
+    if (w.failed_attempts > 0) {
+        append(out, out_size, &used, "%s%lld %s failed %lld %s", sep,
+               static_cast<long long>(w.failing_jobs), jobs(w.failing_jobs),
+               static_cast<long long>(w.failed_attempts), attempts(w.failed_attempts));
+        sep = "; ";
+    }
     if (w.lease_jobs > 0) {
         append(out, out_size, &used, "%s%lld %s lost %lld %s to expired leases", sep,
                static_cast<long long>(w.lease_jobs), jobs(w.lease_jobs),

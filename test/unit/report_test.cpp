@@ -124,3 +124,21 @@ TEST(Report, Ages)
     format_age(3 * 86400, out, sizeof out);
     EXPECT_STREQ(out, "3 d");
 }
+
+TEST(Report, FailuresCountJobsBesideAttemptsButAreNotNewsAlone)
+{
+    QueueWindow w = window();
+    w.failing_jobs = 4;
+    w.failed_attempts = 40;
+    EXPECT_FALSE(got_worse(w));
+    EXPECT_EQ(line(w), "<quiet>");
+    w.new_dead = 4;
+    w.dead = 4;
+    EXPECT_EQ(line(w), "4 jobs went dead (4 dead in all); 4 jobs failed 40 attempts");
+    w.failing_jobs = 1;
+    w.failed_attempts = 1;
+    w.lease_jobs = 1;
+    w.lease_attempts = 2;
+    EXPECT_EQ(line(w), "4 jobs went dead (4 dead in all); 1 job failed 1 attempt; 1 job lost 2 "
+                       "attempts to expired leases");
+}
