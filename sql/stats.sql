@@ -146,3 +146,6 @@ SELECT jobcap.purge_dead('media', max_jobs => 100000);
 SELECT jobcap.purge_dead('media', died_after => now(), died_before => now() - interval '1 day');
 SELECT jobcap.purge_dead('media', died_before => 'infinity');
 SELECT jobcap.requeue_dead('media', 'why', extra_attempts => 0);
+
+SELECT jobcap.drop_queue('media', force => true);
+SELECT jobcap.drop_queue('mail', force => true);

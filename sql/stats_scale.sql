@@ -1,0 +1,86 @@
+-- queue_stats must stay cheap however many finished jobs are kept: it may read the live jobs
+-- (pending, running), the dead ones and the failures of its window, never the succeeded jobs
+-- that retention keeps (a day's worth by default). Measured, not assumed: this transaction's
+-- own access counters (pg_stat_get_xact_*) for jobcap.jobs and each of its indexes, around one
+-- read of queue_stats, with 100,000 and then 400,000 succeeded jobs inside the window.
+\set VERBOSITY terse
+-- Parallel workers would count their reads in their own processes. jobcap's statements never
+-- run in parallel (prepared without CURSOR_OPT_PARALLEL_OK); the control below must not either.
+SET max_parallel_workers_per_gather = 0;
+SELECT jobcap.create_queue('scale_a', max_attempts => 1, backoff_base => '0', backoff_max => '0');
+SELECT jobcap.create_queue('scale_b');
+-- The live part: 22 pending, 5 running, 3 dead (one failure each), 2 scheduled.
+SELECT cardinality(jobcap.enqueue_jobs('scale_a', array_fill('{}'::jsonb, ARRAY[30])));
+SELECT count(*) FROM jobcap.claim_job('scale_a', 'w', 5);
+SELECT count(jobcap.fail_job(job_id, fence, 'corrupt')) FROM jobcap.claim_job('scale_a', 'w', 3);
+SELECT jobcap.enqueue_job('scale_b', run_at => now() + interval '1 hour') > 0 AS scheduled;
+SELECT jobcap.enqueue_job('scale_b', run_at => now() + interval '2 hours') > 0 AS scheduled;
+
+-- Rows read from jobs: by sequential scans, fetched through indexes, and index entries read.
+CREATE FUNCTION pg_temp.reads(OUT seq_scans bigint, OUT rows_read bigint) LANGUAGE sql AS $$
+    SELECT pg_stat_get_xact_numscans('jobcap.jobs'::regclass),
+           pg_stat_get_xact_tuples_returned('jobcap.jobs'::regclass)
+           + pg_stat_get_xact_tuples_fetched('jobcap.jobs'::regclass)
+           + (SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint
+                FROM pg_index i WHERE i.indrelid = 'jobcap.jobs'::regclass)
+$$;
+CREATE TEMP TABLE measured (succeeded_kept bigint, seq_scans bigint, rows_read bigint);
+-- Succeeded jobs that finished half an hour ago, inside the window (before the counts began, so
+-- refresh_stats does not count them either).
+CREATE PROCEDURE pg_temp.keep_succeeded(n int) LANGUAGE sql AS $$
+    INSERT INTO jobcap.jobs (queue, state, attempts, enqueued_at, first_claimed_at, claimed_at, finished_at)
+    SELECT 'scale_a', 'succeeded', 1, t, t, t, t
+      FROM (SELECT now() - interval '30 minutes' + i * interval '1 ms' AS t FROM generate_series(1, n) i) s
+$$;
+
+CALL pg_temp.keep_succeeded(100000);
+VACUUM (ANALYZE) jobcap.jobs;
+BEGIN;
+SELECT seq_scans AS s0, rows_read AS r0 FROM pg_temp.reads() \gset
+SELECT queue, pending, scheduled, running, dead, failed_attempts, failing_jobs, new_dead
+  FROM jobcap.queue_stats ORDER BY queue;
+INSERT INTO measured
+SELECT (SELECT count(*) FROM jobcap.jobs WHERE state = 'succeeded'), seq_scans - :s0, rows_read - :r0
+  FROM pg_temp.reads();
+COMMIT;
+
+CALL pg_temp.keep_succeeded(300000);
+VACUUM (ANALYZE) jobcap.jobs;
+BEGIN;
+SELECT seq_scans AS s0, rows_read AS r0 FROM pg_temp.reads() \gset
+SELECT queue, pending, scheduled, running, dead, failed_attempts, failing_jobs, new_dead
+  FROM jobcap.queue_stats ORDER BY queue;
+INSERT INTO measured
+SELECT (SELECT count(*) FROM jobcap.jobs WHERE state = 'succeeded'), seq_scans - :s0, rows_read - :r0
+  FROM pg_temp.reads();
+COMMIT;
+
+-- The same reads at both sizes, no sequential scan, and no more rows than the live and dead
+-- jobs (30 in scale_a, 2 in scale_b) read through a few indexes.
+SELECT succeeded_kept, seq_scans, rows_read, rows_read <= 100 AS reads_at_most_100 FROM measured ORDER BY 1;
+SELECT count(DISTINCT rows_read) = 1 AS same_reads_at_both_sizes FROM measured;
+
+-- The control: the measure sees a scan of the succeeded jobs when there is one (the old view
+-- counted them per queue).
+BEGIN;
+SELECT seq_scans AS s0, rows_read AS r0 FROM pg_temp.reads() \gset
+SELECT count(*) FROM jobcap.jobs j WHERE j.state = 'succeeded' AND j.queue = 'scale_a';
+SELECT rows_read - :r0 >= 400000 AS control_reads_them_all FROM pg_temp.reads();
+COMMIT;
+
+-- The plan of the statement itself (jobcap.statements()), generic as the function keeps it
+-- and custom: which index serves each scan of jobs.
+SELECT sql AS stats_sql FROM jobcap.statements() WHERE name = 'queue_stats' \gset
+PREPARE stats(timestamptz, timestamptz, timestamptz) AS :stats_sql;
+CREATE FUNCTION pg_temp.scans_of_jobs(mode text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    plan jsonb;
+BEGIN
+    EXECUTE format('SET LOCAL plan_cache_mode = %I', mode);
+    EXECUTE 'EXPLAIN (FORMAT JSON, COSTS OFF) EXECUTE stats(now() - interval ''1 hour'', now(), now())' INTO plan;
+    RETURN QUERY SELECT DISTINCT (n->>'Node Type') || coalesce(' using ' || (n->>'Index Name'), '')
+      FROM jsonb_path_query(plan, 'strict $.**') n
+     WHERE jsonb_typeof(n) = 'object' AND n->>'Relation Name' = 'jobs' ORDER BY 1;
+END $$;
+SELECT * FROM pg_temp.scans_of_jobs('force_generic_plan');
+SELECT * FROM pg_temp.scans_of_jobs('force_custom_plan');
