@@ -84,3 +84,6 @@ BEGIN
 END $$;
 SELECT * FROM pg_temp.scans_of_jobs('force_generic_plan');
 SELECT * FROM pg_temp.scans_of_jobs('force_custom_plan');
+
+SELECT jobcap.drop_queue('scale_a', force => true);
+SELECT jobcap.drop_queue('scale_b', force => true);
