@@ -147,5 +147,40 @@ SELECT jobcap.purge_dead('media', died_after => now(), died_before => now() - in
 SELECT jobcap.purge_dead('media', died_before => 'infinity');
 SELECT jobcap.requeue_dead('media', 'why', extra_attempts => 0);
 
+-- The counts never pass a transaction that may still commit a finished job. Another session
+-- (dblink) completes a job in a transaction it keeps open; a job completed here after it
+-- started is not counted until that transaction ends, then both are, once.
+CREATE EXTENSION dblink;
+SELECT jobcap.enqueue_job('mail', '{"to": "f@example.org"}') > 0 AS enqueued;
+SELECT jobcap.enqueue_job('mail', '{"to": "g@example.org"}') > 0 AS enqueued;
+SELECT jobcap.refresh_stats() >= 0 AS caught_up;
+SELECT dblink_connect('other', 'dbname=' || current_database());
+SELECT dblink_exec('other', 'BEGIN');
+SELECT * FROM dblink('other', $$SELECT jobcap.complete_job(job_id, fence)::text
+                                 FROM jobcap.claim_job('mail', 'slow-worker')$$) AS t(state text);
+SELECT jobcap.complete_job(job_id, fence) FROM jobcap.claim_job('mail', 'quick-worker');
+SELECT jobcap.refresh_stats() AS counted_while_open;
+SELECT dblink_exec('other', 'COMMIT');
+SELECT jobcap.refresh_stats() AS counted_after_commit;
+SELECT jobcap.refresh_stats() AS counted_again;
+-- A role that cannot see the other session's activity cannot tell whether it is writing: it
+-- holds the counts back (by up to five report intervals) instead of guessing.
+CREATE ROLE stats_reader;
+GRANT USAGE ON SCHEMA jobcap TO stats_reader;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA jobcap TO stats_reader;
+SELECT jobcap.enqueue_job('mail', '{"to": "h@example.org"}') > 0 AS enqueued;
+SELECT jobcap.complete_job(job_id, fence) FROM jobcap.claim_job('mail', 'quick-worker');
+SET ROLE stats_reader;
+SELECT count(*) > 0 AS other_sessions_hidden FROM pg_stat_activity
+ WHERE datname = current_database() AND query = '<insufficient privilege>';
+SELECT jobcap.refresh_stats() AS counted_by_a_role_that_cannot_see;
+RESET ROLE;
+SELECT jobcap.refresh_stats() AS counted_by_one_that_can;
+SELECT dblink_disconnect('other');
+DROP EXTENSION dblink;
+REVOKE ALL ON ALL TABLES IN SCHEMA jobcap FROM stats_reader;
+REVOKE USAGE ON SCHEMA jobcap FROM stats_reader;
+DROP ROLE stats_reader;
+
 SELECT jobcap.drop_queue('media', force => true);
 SELECT jobcap.drop_queue('mail', force => true);

@@ -134,14 +134,15 @@ Statement lock_progress = {
 
 // The oldest transaction of this database that may still commit a death, a failure or a
 // completion (one that has written, or is running a statement). Autovacuum writes no jobs.
-// Sessions whose activity this role may not see (state hidden) count as "may be writing" and
-// hold the window back as far as it can go (see settled_horizon).
+// Sessions whose activity this role may not see (pg_stat_activity hides their state, start and
+// type) count as "may be writing" and hold the window back as far as it may go (see
+// settled_horizon).
 Statement oldest_writer = {
     "SELECT min(a.xact_start) FILTER (WHERE a.backend_xid IS NOT NULL OR a.state = 'active'),"
-    "       count(*) FILTER (WHERE a.state IS NULL AND a.backend_type = 'client backend')"
+    "       count(*) FILTER (WHERE a.state IS NULL AND a.query = '<insufficient privilege>')"
     " FROM pg_catalog.pg_stat_activity a"
     " WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()"
-    "   AND a.backend_type <> 'autovacuum worker'",
+    "   AND a.backend_type IS DISTINCT FROM 'autovacuum worker'",
     0, {}, nullptr};
 
 Datum seconds_interval(double seconds)
