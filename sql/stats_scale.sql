@@ -85,5 +85,21 @@ END $$;
 SELECT * FROM pg_temp.scans_of_jobs('force_generic_plan');
 SELECT * FROM pg_temp.scans_of_jobs('force_custom_plan');
 
+-- The hot path writes no row for the statistics: a transaction that enqueues, claims,
+-- heartbeats, completes, fails and completes in batch writes jobs and job_errors only.
+BEGIN;
+SELECT jobcap.enqueue_jobs('scale_b', array_fill('{}'::jsonb, ARRAY[4])) IS NOT NULL AS enqueued;
+CREATE TEMP TABLE hot AS
+SELECT row_number() OVER (ORDER BY c.job_id) AS n, c.* FROM jobcap.claim_job('scale_b', 'w', 4) c;
+SELECT count(jobcap.heartbeat(job_id, fence)) AS heartbeats FROM hot;
+SELECT jobcap.complete_job(job_id, fence) FROM hot WHERE n = 1;
+SELECT jobcap.fail_job(job_id, fence, 'x') FROM hot WHERE n = 2;
+SELECT jobcap.complete_jobs(array_agg(job_id), array_agg(fence)) FROM hot WHERE n > 2;
+SELECT c.relname, pg_stat_get_xact_tuples_inserted(c.oid) + pg_stat_get_xact_tuples_updated(c.oid)
+         + pg_stat_get_xact_tuples_deleted(c.oid) AS rows_written
+  FROM pg_class c WHERE c.relnamespace = 'jobcap'::regnamespace AND c.relkind = 'r'
+ ORDER BY c.relname;
+ROLLBACK;
+
 SELECT jobcap.drop_queue('scale_a', force => true);
 SELECT jobcap.drop_queue('scale_b', force => true);
