@@ -100,7 +100,8 @@ void dead_filter(FunctionCallInfo fcinfo, int from, int max_arg, Datum* values, 
     for (int i = 2; i <= 3; ++i)
         if (nulls[i] == ' ' && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[i])))
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("%s must be a finite time", i == 2 ? "died_after" : "died_before")));
+                            errmsg("%s must be a finite time",
+                                   i == 2 ? "died_after" : "died_before")));
     if (nulls[2] == ' ' && nulls[3] == ' ' &&
         DatumGetTimestampTz(values[2]) >= DatumGetTimestampTz(values[3]))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -168,7 +169,8 @@ JOBCAP_FUNCTION(jobcap_requeue_dead)
         if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                             errmsg("reason must not be empty"),
-                            errhint("Say why the jobs deserve more attempts; it is kept in each job's history.")));
+                            errhint("Say why the jobs deserve more attempts; it is kept in "
+                                    "each job's history.")));
         Datum values[8];
         char nulls[9] = "        ";
         dead_filter(fcinfo, 2, 5, values, nulls);

@@ -134,7 +134,8 @@ JOBCAP_FUNCTION(jobcap_metrics)
         }
         if (rows > 0) {
             help_and_type(&out, "jobcap_counts_lag_seconds", "gauge",
-                          "How far behind now the counts of finished jobs are (jobcap.refresh_stats; "
+                          "How far behind now the counts of finished jobs are "
+                          "(jobcap.refresh_stats; "
                           "the background worker keeps this to a few seconds).");
             sample(&out, "jobcap_counts_lag_seconds", nullptr, nullptr, nullptr,
                    (double) (w.now - w.counted_until) / USECS_PER_SEC);

@@ -301,8 +301,10 @@ JOBCAP_FUNCTION(jobcap_refresh_stats)
         int32 max_jobs = arg_count(fcinfo, 0, "max_jobs", 1000000);
         if (IsolationUsesXactSnapshot())
             ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("cannot refresh jobcap statistics in a REPEATABLE READ or SERIALIZABLE transaction"),
-                            errdetail("Jobs that finished after this transaction's snapshot would never be counted."),
+                            errmsg("cannot refresh jobcap statistics in a REPEATABLE READ or "
+                                   "SERIALIZABLE transaction"),
+                            errdetail("Jobs that finished after this transaction's snapshot "
+                                      "would never be counted."),
                             errhint("Run jobcap.refresh_stats at READ COMMITTED.")));
         SPI_connect();
         int64 counted = refresh_counts(max_jobs);

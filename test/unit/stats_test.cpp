@@ -51,7 +51,8 @@ struct Histogram {
     double quantile(double q) const
     {
         double s = -1;
-        EXPECT_TRUE(latency_quantile(bins.data(), jobs.data(), static_cast<int>(bins.size()), q, &s));
+        int n = static_cast<int>(bins.size());
+        EXPECT_TRUE(latency_quantile(bins.data(), jobs.data(), n, q, &s));
         return s;
     }
 };
