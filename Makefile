@@ -11,7 +11,7 @@ MODULE_big = jobcap
 CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp src/statements.cpp
+            src/manage.cpp src/statements.cpp src/access.cpp src/grants.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)

@@ -13,6 +13,7 @@ namespace jobcap {
 int guc_error_history = 10;
 int guc_max_error_bytes = 2048;
 int guc_default_max_attempts = 10;
+int guc_max_payload_bytes = 1024 * 1024;
 
 }  // namespace jobcap
 
@@ -32,5 +33,10 @@ extern "C" void _PG_init(void)
                             "Sets the attempt cap of queues created without one.",
                             nullptr, &jobcap::guc_default_max_attempts, 10, 1, 1000000,
                             PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.max_payload_bytes",
+                            "Sets the largest job payload that enqueue_job and enqueue_jobs accept.",
+                            "Measured as the jsonb value before compression. Only superusers can change it.",
+                            &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024,
+                            PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("jobcap");
 }
