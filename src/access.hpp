@@ -67,7 +67,8 @@ void check_job(const Access& access, const char* function, int64 job_id);
 }  // namespace jobcap
 
 // SQL: true when the role in CALLER (an oid parameter; NULL = privileged) may work queue QUEUE
-// (an SQL expression). Grants name roles; a dropped or renamed role's grant matches nobody.
+// (a parameter or a QUALIFIED column: a bare "queue" would mean the grant's own column).
+// Grants name roles; a dropped or renamed role's grant matches nobody.
 #define JOBCAP_MAY_WORK(CALLER, QUEUE)                                                            \
     "(" CALLER "::pg_catalog.oid IS NULL OR EXISTS (SELECT FROM jobcap.queue_grants g"            \
     " WHERE g.queue = " QUEUE " AND pg_catalog.pg_has_role(" CALLER ","                           \

@@ -23,7 +23,7 @@ int sqlstate(core::Fault fault)
 // The current state and fence of a job, read only to explain a failed compare-and-swap, and
 // whether the caller ($2) may work it at all.
 Statement job_now = {
-    "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "queue")
+    "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "jobs.queue")
     " FROM jobcap.jobs WHERE job_id = $1",
     2, {INT8OID, OIDOID}, nullptr};
 

@@ -18,7 +18,7 @@ namespace statements {
 Statement complete = {
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$4", "queue") " RETURNING state",
+    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
     4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
@@ -46,7 +46,7 @@ Statement heartbeat = {
     "UPDATE jobcap.jobs SET lease_expires_at ="
     "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$5", "queue") " RETURNING lease_expires_at",
+    "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
     5, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr};
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
@@ -54,7 +54,7 @@ Statement heartbeat = {
 // current lease.
 Statement assert_current = {
     "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$3", "queue") " FOR NO KEY UPDATE",
+    "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
     3, {INT8OID, INT8OID, OIDOID}, nullptr};
 
 }  // namespace statements
