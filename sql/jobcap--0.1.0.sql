@@ -429,6 +429,8 @@ TO jobcap_operator;
 DO $acl$
 DECLARE
     o record;
+    who pg_catalog.text;
+    revoked pg_catalog.text[] := '{}';
 BEGIN
     FOR o IN
         SELECT DISTINCT pg_catalog.format('%s %s', k.kind, k.name) AS what, k.grantee
@@ -443,12 +445,19 @@ BEGIN
          WHERE k.grantee OPERATOR(pg_catalog.<>) k.owner
            AND k.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY['jobcap_worker'::pg_catalog.regrole,
                                                           'jobcap_operator'::pg_catalog.regrole]::pg_catalog.oid[])
+         ORDER BY 1, 2
     LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what,
-                                  CASE WHEN o.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                                       ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(o.grantee)) END);
-        RAISE NOTICE 'jobcap: revoked privileges on % from %', o.what,
-            CASE WHEN o.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(o.grantee) END;
+        who := CASE WHEN o.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(o.grantee)) END;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what, who);
+        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, who);
     END LOOP;
+    -- A warning: CREATE EXTENSION hides notices.
+    IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
+                      pg_catalog.cardinality(revoked)
+            USING DETAIL = pg_catalog.array_to_string(revoked, E'\n'),
+                  HINT = 'jobcap grants its objects to jobcap_worker and jobcap_operator only; grant those roles instead.';
+    END IF;
 END
 $acl$;
