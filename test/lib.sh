@@ -62,3 +62,12 @@ tester_dir() {
     [ "$(id -u)" -eq 0 ] && chown postgres: "$1"
     return 0
 }
+
+# A python3 that has psycopg (Debian's python3-psycopg): the system one when PATH leads elsewhere.
+fuzz_python() {
+    local p
+    for p in python3 /usr/bin/python3; do
+        as_tester "$p" -c 'import psycopg' 2>/dev/null && { echo "$p"; return 0; }
+    done
+    die "no python3 with psycopg (apt-get install python3-psycopg)"
+}
