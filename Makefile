@@ -28,11 +28,19 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolat
 
 PG_CONFIG ?= pg_config
 
+# SANITIZE=undefined (or address,undefined): instrument jobcap with gcc's sanitizers; every
+# finding aborts the backend. -fno-wrapv undoes PostgreSQL's -fwrapv for jobcap's own code, so
+# that a signed overflow there is a finding too. `make sanitize` builds a copy that way and runs the regress and
+# isolation suites and a short fuzz against it (test/run ubsan asan; see test/lib.sh).
+ifdef SANITIZE
+SANITIZE_FLAGS = -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer -g -fno-wrapv
+endif
+
 # C++17 with every warning an error. The server headers are system headers (-isystem) so their
 # C idioms do not count against us.
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers \
-              -fno-omit-frame-pointer
-SHLIB_LINK += -lstdc++
+              -fno-omit-frame-pointer $(SANITIZE_FLAGS)
+SHLIB_LINK += -lstdc++ $(SANITIZE_FLAGS)
 
 # Debian's PGXS wants LLVM bitcode for JIT inlining of every object. jobcap's functions are
 # called, not inlined into plans, so we build no bitcode and need no clang. (Set before the
@@ -49,9 +57,11 @@ all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit
+.PHONY: test demo unit sanitize
 test:
 	test/run
+sanitize:
+	test/run ubsan asan
 demo:
 	test/demo
 unit:

@@ -17,6 +17,18 @@ int guc_max_payload_bytes = 1024 * 1024;
 
 }  // namespace jobcap
 
+#if defined(__SANITIZE_ADDRESS__)
+// Built with AddressSanitizer (make sanitize): the runtime comes in with this library, after
+// postgres started, because preloading it into the postmaster deadlocks PostgreSQL 15's startup
+// on Debian 12 (glibc's bindtextdomain). The backend's environment is overwritten by its
+// process title, so ASAN_OPTIONS cannot reach it: the options live here. Without its
+// interceptors ASan checks jobcap's own stack and globals, not the heap.
+extern "C" const char* __asan_default_options()
+{
+    return "verify_asan_link_order=0:detect_leaks=0:abort_on_error=1:halt_on_error=1";
+}
+#endif
+
 extern "C" void _PG_init(void)
 {
     DefineCustomIntVariable("jobcap.error_history",
