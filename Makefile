@@ -1,22 +1,26 @@
 # jobcap: built with PGXS against the server headers of the pg_config on PATH (PostgreSQL 15).
 #   make / make install        build and install into that PostgreSQL
 #   make installcheck          pg_regress suites against a throwaway instance (--temp-instance)
-#   make test                  everything: unit tests, regress, isolation, TAP, clients (test/run)
+#   make test                  everything: unit tests, regress, isolation, TAP, clients, chaos --short (test/run)
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
+#   make bench                 jobcap beside a hand-written queue, pgbench, one table (~50 min;
+#                              not part of make test); make bench-quick is a short smoke run
 
 EXTENSION  = jobcap
 EXTVERSION = 0.1.0
 MODULE_big = jobcap
 
-CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp
+CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp src/statements.cpp src/access.cpp src/grants.cpp
+            src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp \
+            src/access.cpp src/grants.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)
 
-REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans privileges hijack hostile_input install
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
+          no_preload privileges hijack hostile_input install
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
                --load-extension=jobcap
@@ -57,13 +61,17 @@ all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit sanitize
+.PHONY: test demo unit bench bench-quick sanitize
 test:
 	test/run
 sanitize:
 	test/run ubsan asan
 demo:
 	test/demo
+bench:
+	test/bench/run
+bench-quick:
+	test/bench/run --quick
 unit:
 	test/run unit
 

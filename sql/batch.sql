@@ -35,4 +35,21 @@ SELECT payload->>'n' AS n FROM jobcap.complete_and_claim(:last_job, :last_fence,
 SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'bulk' GROUP BY state ORDER BY state;
 SELECT * FROM jobcap.complete_and_claim(:last_job, :last_fence, 'bulk', '');
 
+-- complete_jobs: one statement for a batch, all or nothing.
+SELECT count(jobcap.enqueue_job('bulk')) FROM generate_series(1, 5);
+SELECT array_agg(job_id ORDER BY job_id) AS ids, array_agg(fence ORDER BY job_id) AS fences
+  FROM jobcap.claim_job('bulk', 'w', 10) \gset
+SELECT cardinality(:'ids'::bigint[]) AS claimed;
+-- One stale fence in the batch: JC001 for that job, and none of the others is completed.
+SELECT jobcap.complete_jobs(:'ids'::bigint[], array_append(trim_array(:'fences'::bigint[], 1), 0));
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS still_running FROM jobcap.jobs WHERE job_id = ANY (:'ids'::bigint[]) AND state = 'running';
+SELECT jobcap.complete_jobs(:'ids'::bigint[], :'fences'::bigint[]) AS completed;
+SELECT count(*) AS succeeded FROM jobcap.jobs WHERE job_id = ANY (:'ids'::bigint[]) AND state = 'succeeded';
+SELECT jobcap.complete_jobs(:'ids'::bigint[], :'fences'::bigint[]);
+SELECT jobcap.complete_jobs('{}', '{}') AS nothing;
+SELECT jobcap.complete_jobs('{1,2}', '{1}');
+SELECT jobcap.complete_jobs('{1,NULL}', '{1,2}');
+SELECT jobcap.complete_jobs(NULL, '{1}');
+
 SELECT jobcap.drop_queue('bulk', force => true);

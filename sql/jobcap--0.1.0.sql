@@ -140,11 +140,17 @@ CREATE SEQUENCE jobcap.fences AS bigint;
 -- The claim walks this index in claim order; nothing else is pending-and-ordered.
 CREATE INDEX jobs_claim ON jobcap.jobs (queue, priority, run_at, job_id) WHERE state OPERATOR(pg_catalog.=) 'pending';
 -- The reaper's expired leases: running jobs only. lease_expires_at stays out of every index so
--- a heartbeat is a HOT update.
-CREATE INDEX jobs_running ON jobcap.jobs (queue) WHERE state OPERATOR(pg_catalog.=) 'running';
+-- a heartbeat is a HOT update. Keyed by job_id so that a fenced call (job_id = $1 AND state =
+-- 'running') finds its row through this index as directly as through the primary key, however
+-- empty the index looked when statistics were last taken.
+CREATE INDEX jobs_running ON jobcap.jobs (job_id) WHERE state OPERATOR(pg_catalog.=) 'running';
 -- The reaper's over-cap sweep: a pending job can be over its cap only after an attempt, so
 -- fresh jobs (attempts = 0) stay out of this index and enqueue does not pay for it.
 CREATE INDEX jobs_retrying ON jobcap.jobs (queue) WHERE state OPERATOR(pg_catalog.=) 'pending' AND attempts OPERATOR(pg_catalog.>) 0;
+-- Retention (the background worker) deletes finished jobs by age. Only finished rows enter this
+-- index, so claims, heartbeats and retries never pay for it: one entry per job, at its end.
+CREATE INDEX jobs_finished ON jobcap.jobs (state, finished_at)
+    WHERE state OPERATOR(pg_catalog.=) ANY ('{succeeded,dead,cancelled}');
 -- Dedupe keys are unique among the jobs that block re-enqueueing: pending, running and dead.
 CREATE UNIQUE INDEX jobs_dedupe ON jobcap.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state OPERATOR(pg_catalog.=) ANY ('{pending,running,dead}');
@@ -342,7 +348,7 @@ SELECT q.queue,
 -- The statements jobcap prepares, for EXPLAIN: PREPARE p(<argtypes>) AS <sql>.
 CREATE FUNCTION jobcap.statements()
 RETURNS TABLE (name text, argtypes regtype[], sql text)
-LANGUAGE C STABLE ROWS 8
+LANGUAGE C STABLE ROWS 10
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_statements';
 
@@ -359,6 +365,14 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
 
+-- Completes a batch: all or nothing. A fence that is not current raises JC001 (for the first such
+-- job) and no job of the batch is completed. Returns how many jobs were completed.
+CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[])
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_jobs';
+
 CREATE FUNCTION jobcap.complete_and_claim(
     job_id bigint,
     fence bigint,
@@ -371,6 +385,26 @@ RETURNS TABLE (job_id bigint, fence bigint, attempt integer, max_attempts intege
 LANGUAGE C VOLATILE ROWS 1
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_complete_and_claim';
+
+-- Warn at install time when no background worker serves this database, so nothing reaps it
+-- unless reap_jobs() is scheduled (docs: "Background worker"). Under jobcap.database = '*', wake
+-- the launcher (a cancel request is its "look again now"), so this database is served at once.
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('jobcap.database', true) OPERATOR(pg_catalog.=) '*'
+       AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                    WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher') THEN
+        PERFORM pg_catalog.pg_cancel_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+          WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap launcher';
+    ELSIF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                       WHERE a.backend_type OPERATOR(pg_catalog.=) 'jobcap reaper'
+                         AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
+        RAISE WARNING 'no jobcap background worker serves database "%"', pg_catalog.current_database()
+            USING HINT = 'Name this database in jobcap.database with jobcap in shared_preload_libraries, '
+                         'or schedule SELECT jobcap.reap_jobs() (pg_cron, cron + psql).';
+    END IF;
+END
+$$;
 
 -- Who may work which queue; superusers and the owner of jobcap's tables only.
 CREATE FUNCTION jobcap.grant_queue(queue text, role text)
@@ -404,6 +438,7 @@ GRANT EXECUTE ON FUNCTION
     jobcap.claim_job_by_id(bigint, text, interval),
     jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval),
     jobcap.complete_job(bigint, bigint),
+    jobcap.complete_jobs(bigint[], bigint[]),
     jobcap.fail_job(bigint, bigint, text, interval),
     jobcap.heartbeat(bigint, bigint, interval),
     jobcap.assert_fence(bigint, bigint),

@@ -1,7 +1,9 @@
 -- Plan shape of the claim, on the statement jobcap really prepares (jobcap.statements()):
 -- the locking scan runs once and locks no more rows than the batch, even with stale
 -- statistics and hash joins off, for both generic and custom plans. Rows exhausted by their
--- cap never take a batch slot.
+-- cap never take a batch slot. jobcap keeps one generic plan of its claims and of the reaper,
+-- made with sequential scans, bitmap scans, sorts and JIT disabled (src/plans.hpp): the probes
+-- below plan them the same way.
 \set VERBOSITY terse
 SELECT jobcap.create_queue('plans', max_attempts => 3);
 
@@ -23,6 +25,7 @@ DECLARE
 BEGIN
   SELECT * INTO s FROM jobcap.statements() WHERE name = 'claim_job';
   PERFORM set_config('plan_cache_mode', mode, true);
+  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
                  'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s, %L)', 'probe', 'plans', batch,
@@ -81,6 +84,8 @@ DECLARE
   plan json;
 BEGIN
   SELECT * INTO s FROM jobcap.statements() WHERE name = 'reap_jobs';
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE reap_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
                  'EXECUTE reap_probe(%s, clock_timestamp())', max_jobs) INTO plan;
@@ -93,6 +98,46 @@ SELECT l.loops, l.locked, l.scan FROM reap_plan(1000) p, lock_nodes(p) l ORDER B
 SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'plans' GROUP BY state ORDER BY state;
 
 RESET enable_hashjoin;
+
+-- Statistics taken while the queue was idle (nothing pending, nothing running), then a backlog
+-- and many running jobs: the kept generic plans must still walk the claim index in order, reach
+-- claimed rows by primary key, and settle by key, not by scanning every running job.
+SELECT jobcap.drop_queue('plans', force => true);
+SELECT jobcap.create_queue('plans', max_attempts => 3);
+VACUUM ANALYZE jobcap.jobs;
+INSERT INTO jobcap.jobs (queue) SELECT 'plans' FROM generate_series(1, 5000);
+SELECT count(*) AS running FROM jobcap.claim_job('plans', 'w', 2000);
+SELECT 'generic, stats from an idle queue' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(10, 'force_generic_plan') p, lock_nodes(p) l;
+CREATE FUNCTION scans(plan jsonb) RETURNS TABLE (scan text, relation text, index text, loops bigint, read bigint)
+LANGUAGE sql AS $$
+  SELECT n->>'Node Type', n->>'Relation Name', n->>'Index Name', (n->>'Actual Loops')::bigint,
+         (n->>'Actual Rows')::bigint + coalesce((n->>'Rows Removed by Filter')::bigint, 0)
+    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" like_regex "Scan$")') n
+   WHERE n->>'Relation Name' = 'jobs'
+$$;
+SELECT * FROM scans(claim_plan(10, 'force_generic_plan'));
+CREATE FUNCTION settle_plan(name text) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+  j record;
+  plan json;
+BEGIN
+  SELECT * INTO s FROM jobcap.statements() st WHERE st.name = settle_plan.name;
+  SELECT job_id, fence INTO j FROM jobcap.jobs WHERE queue = 'plans' AND state = 'running' LIMIT 1;
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  EXECUTE format('PREPARE settle_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
+  EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) EXECUTE settle_probe(%s)',
+                 CASE name WHEN 'complete_jobs' THEN format('ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], clock_timestamp(), NULL', j.job_id, j.fence)
+                           ELSE format('%s, %s, clock_timestamp(), NULL', j.job_id, j.fence) END) INTO plan;
+  DEALLOCATE settle_probe;
+  RETURN plan::jsonb;
+END $$;
+SELECT 'complete_job' AS statement, * FROM scans(settle_plan('complete_job'));
+SELECT 'complete_jobs' AS statement, * FROM scans(settle_plan('complete_jobs'));
+
+DROP FUNCTION settle_plan(text);
+DROP FUNCTION scans(jsonb);
 DROP FUNCTION claim_plan(int, text, oid);
 DROP FUNCTION reap_plan(int);
 DROP FUNCTION lock_nodes(jsonb);

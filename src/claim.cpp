@@ -15,7 +15,9 @@ namespace statements {
 // The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
 // every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
 // LockRows sits under the LIMIT (rows skipped or re-checked away do not count). The UPDATE
-// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED.
+// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED; the
+// guards are wrapped in IS TRUE (same meaning in a WHERE) so the planner cannot use them to pick
+// an index: it must reach the claimed rows by primary key, never by walking the backlog.
 // The fence comes from a sequence, so a claim that rolled back never hands its fence out again.
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
 // $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
@@ -27,8 +29,8 @@ namespace statements {
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                    \
     "   FROM jobcap.queues q"                                                                     \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"            \
-    "    AND j.state = 'pending' AND j.run_at <= $1"                                              \
-    "    AND j.attempts < coalesce(j.max_attempts, q.max_attempts)"                               \
+    "    AND (j.state = 'pending' AND j.run_at <= $1"                                             \
+    "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                 \
     "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap," \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at)"                                    \
     " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
@@ -47,7 +49,7 @@ Statement claim_batch = {
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr};
+    6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr, true};
 
 // $4 = job_id, $5 = caller (NULL: privileged).
 Statement claim_one = {
@@ -59,7 +61,7 @@ Statement claim_one = {
     "     AND " JOBCAP_MAY_WORK("$5", "j.queue")
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, nullptr};
+    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, nullptr, true};
 
 }  // namespace statements
 

@@ -15,6 +15,12 @@ int guc_max_error_bytes = 2048;
 int guc_default_max_attempts = 10;
 int guc_max_payload_bytes = 1024 * 1024;
 
+char* guc_database = nullptr;
+int guc_reap_interval_ms = 1000;
+int guc_report_interval_s = 60;
+int guc_succeeded_retention_s = 86400;
+int guc_dead_retention_s = 0;
+
 }  // namespace jobcap
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -50,5 +56,39 @@ extern "C" void _PG_init(void)
                             "Measured as the jsonb value before compression. Only superusers can change it.",
                             &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024,
                             PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+
+    // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
+    // only a preloaded jobcap starts the launcher and its reapers.
+    DefineCustomStringVariable("jobcap.database",
+                               "Sets the databases the jobcap background workers serve.",
+                               "A comma-separated list of database names, one reaper each, or * "
+                               "for every database that has the extension. Used only with "
+                               "jobcap in shared_preload_libraries.",
+                               &jobcap::guc_database, "postgres", PGC_SIGHUP, GUC_LIST_INPUT,
+                               jobcap::check_database, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.reap_interval",
+                            "Sets how often the background worker reaps expired leases.",
+                            "Each cycle also prunes finished jobs past their retention.",
+                            &jobcap::guc_reap_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.report_interval",
+                            "Sets how often the background worker may log a line per queue.",
+                            "A line is written only for a queue that got worse: new dead jobs, "
+                            "attempts lost to expired leases, or a growing backlog.",
+                            &jobcap::guc_report_interval_s, 60, 1, 7 * 86400, PGC_SIGHUP,
+                            GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.succeeded_retention",
+                            "Sets how long succeeded jobs are kept before the background worker "
+                            "deletes them.",
+                            "0 keeps them forever.", &jobcap::guc_succeeded_retention_s, 86400, 0,
+                            INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.dead_retention",
+                            "Sets how long dead and cancelled jobs are kept before the background "
+                            "worker deletes them.",
+                            "0 (the default) keeps them forever.", &jobcap::guc_dead_retention_s,
+                            0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("jobcap");
+
+    if (process_shared_preload_libraries_in_progress)
+        jobcap::register_launcher();
 }

@@ -13,6 +13,12 @@ struct Statement {
     int nargs;
     Oid argtypes[8];
     SPIPlanPtr plan;
+    // Steered statements (the claims, complete_jobs and the reaper) keep ONE generic plan, made
+    // with sequential scans, bitmap scans, sorts and JIT disabled: planning a claim costs twice
+    // what running it does, and a plan made from statistics of an empty table must still walk
+    // the claim index in order and reach claimed rows by primary key. Plain statements leave
+    // the choice to PostgreSQL's plan cache.
+    bool steered;
 };
 
 // Executes s inside an open SPI connection with the given arguments (nulls as SPI wants them:

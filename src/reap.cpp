@@ -17,7 +17,8 @@ namespace statements {
 
 // One statement over a materialised cohort. Both locking scans run once and skip rows another
 // transaction holds (a worker inside assert_fence, a settle in flight): those are reaped on a
-// later pass, never waited for. The UPDATE repeats every guard. A lease that expired counts as
+// later pass, never waited for. The UPDATE repeats every guard, inside IS TRUE so that no
+// partial index can be chosen for them (the rows are reached by primary key; see claim.cpp). A lease that expired counts as
 // a failed attempt with backoff, and leaves a history row saying no report came.
 // $1 = max_jobs, $2 = now (one clock reading per call: correct inside procedures too).
 Statement reap_cohort = {
@@ -41,13 +42,13 @@ Statement reap_cohort = {
     " WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM expired UNION ALL SELECT job_id FROM over_cap))"
     "   AND q.queue = j.queue"
     "   AND ((j.state = 'running' AND j.lease_expires_at < $2)"
-    "     OR (j.state = 'pending' AND j.attempts >= " CAP "))"
+    "     OR (j.state = 'pending' AND j.attempts >= " CAP ")) IS TRUE"
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state,"
     "   j.job_id = ANY (ARRAY(SELECT job_id FROM expired)) AS lease_lost),"
     " lost AS (SELECT * FROM reaped WHERE lease_lost),"
     JOBCAP_HISTORY_CTES("lost", "'lease_expired'", "'lease expired without a report'", "$2")
     " SELECT job_id, queue, state FROM reaped ORDER BY job_id",
-    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
+    2, {INT4OID, TIMESTAMPTZOID}, nullptr, true};
 
 }  // namespace statements
 

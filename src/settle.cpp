@@ -39,6 +39,25 @@ Statement fail = {
     " SELECT state FROM failed",
     6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr};
 
+// A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
+// order) whose fence was not current, if any; the caller then raises, and nothing of the batch
+// commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
+// is not settled either, and raise_not_current then refuses it with 42501.
+Statement complete_many = {
+    "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY"
+    "                 AS i(job_id, fence, n)),"
+    " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
+    "     lease_expires_at = NULL"
+    "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
+    "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
+    "   RETURNING j.job_id)"
+    " SELECT c.settled, m.job_id, m.fence"
+    "   FROM (SELECT count(*)::int AS settled FROM settled) c"
+    "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
+    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id)"
+    "      ORDER BY i.n LIMIT 1) m ON true",
+    4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID}, nullptr, true};
+
 // A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now,
 // $5 = caller.
 // lease_expires_at is in no index, so this is a HOT update.
@@ -143,5 +162,40 @@ JOBCAP_FUNCTION(jobcap_assert_fence)
             raise_not_current(access, "assert_fence", job_id, fence);
         finish(access);
         PG_RETURN_VOID();
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_complete_jobs)
+{
+    return guard("complete_jobs", [&]() -> Datum {
+        Access access = admit("complete_jobs", Duty::worker);
+        ArrayType* ids = DatumGetArrayTypeP(arg_required(fcinfo, 0, "job_ids"));
+        ArrayType* fences = DatumGetArrayTypeP(arg_required(fcinfo, 1, "fences"));
+        int count = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
+        if (count != ArrayGetNItems(ARR_NDIM(fences), ARR_DIMS(fences)))
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("job_ids and fences must have the same length")));
+        if (array_contains_nulls(ids) || array_contains_nulls(fences))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("job_ids and fences must not contain nulls")));
+        if (count > core::kMaxBatch)
+            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                            errmsg("cannot complete %d jobs in one call", count),
+                            errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
+        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+        Datum values[4] = {PointerGetDatum(ids), PointerGetDatum(fences),
+                           TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[3])};
+
+        connect(access);
+        run(statements::complete_many, values, nulls, SPI_OK_SELECT);
+        int32 settled = DatumGetInt32(column(0, 1));
+        bool all_current = false;
+        Datum stale_job = column(0, 2, &all_current);
+        if (!all_current)
+            raise_not_current(access, "complete_jobs", DatumGetInt64(stale_job),
+                              DatumGetInt64(column(0, 3)));
+        finish(access);
+        PG_RETURN_INT32(settled);
     });
 }

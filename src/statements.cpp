@@ -16,6 +16,7 @@ const Named kStatements[] = {
     {"enqueue_job", &statements::insert_job},     {"enqueue_jobs", &statements::insert_jobs},
     {"claim_job", &statements::claim_batch},
     {"claim_job_by_id", &statements::claim_one},  {"complete_job", &statements::complete},
+    {"complete_jobs", &statements::complete_many},
     {"fail_job", &statements::fail},              {"heartbeat", &statements::heartbeat},
     {"assert_fence", &statements::assert_current}, {"reap_jobs", &statements::reap_cohort},
 };

@@ -10,6 +10,7 @@ extern Statement insert_jobs;     // enqueue.cpp
 extern Statement claim_batch;     // claim.cpp
 extern Statement claim_one;       // claim.cpp
 extern Statement complete;        // settle.cpp
+extern Statement complete_many;   // settle.cpp
 extern Statement fail;            // settle.cpp
 extern Statement heartbeat;       // settle.cpp
 extern Statement assert_current;  // settle.cpp

@@ -4,6 +4,9 @@
 JOBCAP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${JOBCAP_BUILD:-$JOBCAP_ROOT/build}
 PG_CONFIG=${PG_CONFIG:-pg_config}
+# A script run from another (test/demo runs test/chaos/run) inherits a PATH that starts with the
+# private install, whose pg_config would describe the copy, not the system: drop it.
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v "^$BUILD/tmp_install/" | paste -sd: -)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -13,6 +16,8 @@ jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
                 python3-psycopg)
     local missing=()
+    # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
+    command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     for p in "${want[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
@@ -61,6 +66,20 @@ tester_dir() {
     rm -rf "$1"; mkdir -p "$1"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$1"
     return 0
+}
+
+# Installs a Node package's dependencies from its lock file (npm ci), only when the lock file
+# changed since the last install: a warm node_modules needs no registry. When npm cannot reach
+# the registry but node_modules is complete for the lock file, we carry on with it.
+node_modules() {
+    local dir=$1
+    command -v node >/dev/null && command -v npm >/dev/null || { echo "node and npm are needed" >&2; return 1; }
+    if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+        return 0
+    fi
+    (cd "$dir" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error) && return 0
+    [ -f "$dir/node_modules/.package-lock.json" ] && { echo "npm ci failed; using the existing node_modules" >&2; return 0; }
+    return 1
 }
 
 # A python3 that has psycopg (Debian's python3-psycopg): the system one when PATH leads elsewhere.

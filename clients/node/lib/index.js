@@ -1,0 +1,7 @@
+'use strict';
+// jobcap for Node.js: a worker loop over PostgreSQL's jobcap extension (node-postgres).
+const errors = require('./errors');
+const sql = require('./sql');
+const { Worker, Job } = require('./worker');
+
+module.exports = { Worker, Job, ...errors, ...sql };

@@ -1,0 +1,336 @@
+'use strict';
+// The Node client against a throwaway server: settle, fence, timeouts, wake-ups, signals.
+const { describe, it, before, after, beforeEach, afterEach } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const pg = require('pg');
+const jobcap = require('../lib');
+const { Server } = require('../test-support/pgserver');
+
+let server;
+let db;
+let counter = 0;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitFor(predicate, timeout = 10000) {
+  const end = Date.now() + timeout;
+  while (Date.now() < end) {
+    if (await predicate()) return;
+    await sleep(20);
+  }
+  throw new Error(`condition not met within ${timeout} ms`);
+}
+
+before(async () => {
+  server = new Server().start();
+  db = new pg.Client(server.connection);
+  await db.connect();
+  await db.query('CREATE TABLE effects (job_id bigint NOT NULL, fence bigint NOT NULL)');
+});
+
+after(async () => {
+  if (db) await db.end();
+  if (server) server.stop();
+});
+
+// Each test gets its own queue and collects the outcomes of the workers it starts.
+let ctx;
+beforeEach(async () => {
+  ctx = { queue: `q${++counter}`, workers: [], outcomes: [] };
+});
+afterEach(async () => {
+  await Promise.all(ctx.workers.map((w) => w.stop()));
+});
+
+async function queue(options = {}) {
+  await jobcap.createQueue(db, ctx.queue,
+    { maxAttempts: 5, lease: 30000, backoffBase: 0, backoffMax: 0, ...options });
+}
+
+function start(handler, options = {}) {
+  const worker = new jobcap.Worker({ connection: server.connection, queue: ctx.queue, handler,
+    pollMax: 200, exitOnHang: false, logger: { info() {}, warn() {}, error: console.error },
+    ...options });
+  worker.on('settled', (job, outcome, error) => ctx.outcomes.push({ id: job.id, outcome, error }));
+  worker.run({ handleSignals: false });
+  ctx.workers.push(worker);
+  return worker;
+}
+
+const enqueue = (payload, options) => jobcap.enqueue(db, ctx.queue, payload, options);
+
+async function job(id) {
+  const { rows } = await db.query(
+    'SELECT state::text, attempts, fence::int FROM jobcap.jobs WHERE job_id = $1', [id]);
+  return rows[0];
+}
+
+async function effects(id) {
+  const { rows } = await db.query(
+    'SELECT fence::int FROM effects WHERE job_id = $1 ORDER BY fence', [id]);
+  return rows.map((r) => r.fence);
+}
+
+async function expireAndReap(id) {
+  await db.query("UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'" +
+    ' WHERE job_id = $1', [id]);
+  await db.query('SELECT jobcap.reap_jobs()');
+}
+
+const writeEffect = (j) => j.query('INSERT INTO effects (job_id, fence) VALUES ($1, $2)', [j.id, j.fence]);
+
+describe('stale fences', () => {
+  it('maps SQLSTATE JC001 from every fenced call to StaleFenceError', async () => {
+    await queue();
+    const id = await enqueue({ n: 1 });
+    const old = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w1')", [ctx.queue])).rows[0].fence);
+    await expireAndReap(id);
+    const current = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w2')", [ctx.queue])).rows[0].fence);
+    assert.ok(current > old);
+    for (const call of [() => jobcap.complete(db, id, old), () => jobcap.fail(db, id, old, 'late'),
+      () => jobcap.heartbeat(db, id, old), () => jobcap.assertFence(db, id, old)]) {
+      await assert.rejects(call, (err) => {
+        assert.ok(err instanceof jobcap.StaleFenceError);
+        assert.equal(err.code, 'JC001');
+        assert.equal(err.jobId, id);
+        assert.equal(err.fence, old);
+        assert.match(err.detail, /claimed again/);
+        assert.equal(err.cause.code, 'JC001');
+        return true;
+      });
+    }
+    assert.equal(await jobcap.complete(db, id, current), 'succeeded');
+  });
+
+  it('recognises the raw error and leaves other errors alone', async () => {
+    await queue();
+    const id = await enqueue();
+    const raw = await db.query('SELECT jobcap.assert_fence($1, 99)', [id]).catch((e) => e);
+    assert.ok(jobcap.isStale(raw));
+    assert.ok(jobcap.translate(raw) instanceof jobcap.StaleFenceError);
+    const other = await db.query('SELECT jobcap.complete_job(-1, 1)').catch((e) => e);
+    assert.equal(jobcap.isStale(other), false);
+    assert.equal(jobcap.translate(other), other);
+  });
+});
+
+describe('settling', () => {
+  it('commits the handler\'s writes with the completion', async () => {
+    await queue();
+    const ids = [];
+    for (let n = 0; n < 7; n++) ids.push(await enqueue({ n }));
+    start(writeEffect, { concurrency: 3 });
+    await waitFor(async () => {
+      const { rows } = await db.query("SELECT count(*)::int AS n FROM jobcap.jobs WHERE queue = $1 AND state = 'succeeded'", [ctx.queue]);
+      return rows[0].n === ids.length;
+    });
+    for (const id of ids) assert.deepEqual(await effects(id), [(await job(id)).fence]);
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), Array(7).fill('succeeded'));
+  });
+
+  it('fails with the error text and stops at the cap', async () => {
+    await queue();
+    const id = await enqueue({}, { maxAttempts: 3 });
+    start(async (j) => {
+      await writeEffect(j);
+      throw new TypeError(`corrupt input on attempt ${j.attempt}`);
+    });
+    await waitFor(async () => (await job(id)).state === 'dead');
+    assert.equal((await job(id)).attempts, 3);
+    assert.deepEqual(await effects(id), [], 'a failed attempt\'s writes roll back');
+    const { rows } = await db.query('SELECT error FROM jobcap.job_errors WHERE job_id = $1 ORDER BY seq', [id]);
+    assert.equal(rows.length, 3);
+    assert.match(rows[2].error, /^TypeError: corrupt input on attempt 3\n\s+at /);
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['retry', 'retry', 'dead']);
+  });
+
+  it('rolls back the writes of a handler whose lease was lost', async () => {
+    await queue();
+    const id = await enqueue();
+    start(async (j) => {
+      await writeEffect(j);
+      if (j.attempt === 1) await expireAndReap(j.id);  // the lease runs out while it works
+    });
+    await waitFor(async () => (await job(id)).state === 'succeeded');
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['stale', 'succeeded']);
+    assert.ok(ctx.outcomes[0].error instanceof jobcap.StaleFenceError);
+    assert.equal(ctx.outcomes[0].error.operation, 'complete_job');
+    assert.deepEqual(await effects(id), [(await job(id)).fence], 'only the current fence\'s write commits');
+    assert.ok(ctx.outcomes[0].error.fence < (await job(id)).fence);
+  });
+
+  it('lets a handler assert its fence before it writes', async () => {
+    await queue();
+    const id = await enqueue();
+    const seen = [];
+    start(async (j) => {
+      if (j.attempt === 1) await expireAndReap(j.id);
+      try {
+        await j.assertFence();
+      } catch (err) {
+        seen.push(err instanceof jobcap.StaleFenceError && j.fence);
+        throw err;
+      }
+      await writeEffect(j);
+    });
+    await waitFor(async () => (await job(id)).state === 'succeeded');
+    assert.equal(seen.length, 1);
+    assert.ok(seen[0] < (await job(id)).fence);
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['stale', 'succeeded']);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
+  });
+});
+
+describe('deadlines', () => {
+  it('stops a handler at its timeout: signal aborted, statement cancelled, writes rolled back', async () => {
+    await queue();
+    const id = await enqueue();
+    const signals = [];
+    const started = Date.now();
+    start(async (j) => {
+      await writeEffect(j);
+      if (j.attempt === 1) {
+        signals.push(j.signal);
+        await j.query('SELECT pg_sleep(30)');
+      }
+    }, { lease: 3000, timeout: 500 });
+    await waitFor(async () => (await job(id)).state === 'succeeded');
+    assert.ok(Date.now() - started < 2500, 'the retry came before the lease ran out');
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['retry', 'succeeded']);
+    assert.ok(ctx.outcomes[0].error instanceof jobcap.JobTimeoutError);
+    assert.ok(signals[0].aborted);
+    assert.ok(signals[0].reason instanceof jobcap.JobTimeoutError);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
+    const { rows } = await db.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'");
+    assert.equal(rows[0].n, 0, 'the timed-out statement does not linger');
+  });
+
+  it('carries long work past the lease with heartbeats', async () => {
+    await queue();
+    const id = await enqueue();
+    start(async (j) => {
+      for (let i = 0; i < 6; i++) {
+        await sleep(300);
+        await j.heartbeat();
+      }
+      await writeEffect(j);
+    }, { lease: 1000, timeout: 600 });
+    const reaped = [];
+    while ((await job(id)).state !== 'succeeded') {
+      reaped.push(...(await db.query('SELECT job_id FROM jobcap.reap_jobs()')).rows);
+      await sleep(50);
+    }
+    assert.deepEqual(reaped, []);
+    assert.equal((await job(id)).attempts, 1);
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['succeeded']);
+  });
+
+  it('wants a timeout shorter than the lease', () => {
+    const make = (o) => new jobcap.Worker({ connection: {}, queue: 'q', handler() {}, ...o });
+    assert.throws(() => make({ lease: 1000, timeout: 1000 }), RangeError);
+    assert.throws(() => make({ lease: 1000, timeout: 0 }), RangeError);
+    assert.equal(make({ lease: 1000 }).timeout, 800);
+  });
+});
+
+describe('wake-ups', () => {
+  it('wakes an idle worker on NOTIFY', async () => {
+    await queue({ notify: true });
+    start(() => {}, { pollMin: 30000, pollMax: 30000 });
+    await sleep(500);
+    const started = Date.now();
+    const id = await enqueue();
+    await waitFor(async () => (await job(id)).state === 'succeeded', 5000);
+    assert.ok(Date.now() - started < 2000);
+  });
+
+  it('polls within one interval when notify is off', async () => {
+    await queue();
+    start(() => {}, { pollMin: 50, pollMax: 400 });
+    await sleep(1500);
+    const started = Date.now();
+    const id = await enqueue();
+    await waitFor(async () => (await job(id)).state === 'succeeded', 5000);
+    assert.ok(Date.now() - started < 900);
+  });
+
+  it('reconnects after losing its connections', async () => {
+    await queue();
+    start(() => {}, { pollMax: 100 });
+    const first = await enqueue();
+    await waitFor(async () => (await job(first)).state === 'succeeded');
+    const { rows } = await db.query("SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity" +
+      " WHERE application_name LIKE 'jobcap %'");
+    assert.ok(rows[0].n >= 1);
+    const second = await enqueue();
+    await waitFor(async () => (await job(second)).state === 'succeeded');
+  });
+});
+
+describe('connection loss mid-job', () => {
+  it('survives its job connection dying between statements', async () => {
+    await queue({ lease: 1000 });
+    const id = await enqueue();
+    let pid = null;
+    start(async (j) => {
+      if (j.attempt === 1) {
+        pid = (await j.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+        await sleep(400);  // the connection dies meanwhile: no statement is running on it
+      }
+      await writeEffect(j);
+    }, { lease: 1000, timeout: 800 });
+    await waitFor(() => pid !== null);
+    await db.query('SELECT pg_terminate_backend($1)', [pid]);
+    await sleep(1200);  // the lease runs out; the reaper takes it back
+    await db.query('SELECT jobcap.reap_jobs()');
+    await waitFor(async () => (await job(id)).state === 'succeeded');
+    assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['succeeded']);
+    assert.equal((await job(id)).attempts, 2);
+    assert.deepEqual(await effects(id), [(await job(id)).fence]);
+  });
+});
+
+describe('processes', () => {
+  const children = [];
+  afterEach(() => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+  function spawnWorker(mode, env = {}) {
+    const child = spawn(process.execPath, [path.join(__dirname, '..', 'test-support', 'worker_script.js'),
+      JSON.stringify(server.connection), ctx.queue, mode], { env: { ...process.env, ...env } });
+    child.output = '';
+    child.stdout.on('data', (d) => { child.output += d; });
+    child.stderr.on('data', (d) => { child.output += d; });
+    child.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    children.push(child);  // a failed test leaves no worker behind
+    return child;
+  }
+
+  it('finishes the job in flight on SIGTERM and claims no more', async () => {
+    await queue();
+    const first = await enqueue();
+    const second = await enqueue();
+    const child = spawnWorker('slow');
+    await waitFor(() => child.output.includes(`started ${first}`));
+    child.kill('SIGTERM');
+    const { code } = await child.exited;
+    assert.equal(code, 0, child.output);
+    assert.match(child.output, /exited cleanly/);
+    assert.deepEqual({ ...(await job(first)), fence: undefined }, { state: 'succeeded', attempts: 1, fence: undefined });
+    assert.deepEqual({ ...(await job(second)), fence: undefined }, { state: 'pending', attempts: 0, fence: undefined });
+  });
+
+  it('kills a process whose event loop is blocked, before the lease runs out', async () => {
+    await queue();
+    const id = await enqueue();
+    const child = spawnWorker('block', { LEASE: 3000, TIMEOUT: 1000 });
+    const { signal } = await child.exited;
+    assert.equal(signal, 'SIGKILL', child.output);
+    assert.match(child.output, /event loop is blocked/);
+    const { rows } = await db.query('SELECT state::text, attempts, lease_expires_at > now() AS live' +
+      ' FROM jobcap.jobs WHERE job_id = $1', [id]);
+    assert.deepEqual(rows[0], { state: 'running', attempts: 1, live: true });
+  });
+});

@@ -1,0 +1,67 @@
+"""Thin wrappers over jobcap's SQL functions for code that is not a worker loop."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Optional, Union
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import translate
+
+Seconds = Union[int, float, dt.timedelta]
+
+
+def interval(value: Optional[Seconds]) -> Optional[dt.timedelta]:
+    """Seconds (or a timedelta) as a timedelta, which psycopg sends as an interval."""
+    if value is None or isinstance(value, dt.timedelta):
+        return value
+    return dt.timedelta(seconds=value)
+
+
+def create_queue(conn: psycopg.Connection, queue: str, *, max_attempts: Optional[int] = None,
+                 lease: Seconds = 300, backoff_base: Seconds = 10, backoff_max: Seconds = 3600,
+                 notify: bool = False) -> None:
+    conn.execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s)",
+                 (queue, max_attempts, interval(lease), interval(backoff_base),
+                  interval(backoff_max), notify))
+
+
+def enqueue(conn: psycopg.Connection, queue: str, payload: Any = None, *,
+            run_at: Optional[dt.datetime] = None, priority: int = 0,
+            max_attempts: Optional[int] = None, dedupe_key: Optional[str] = None) -> int:
+    """Enqueues one job in the caller's transaction and returns its id.
+
+    Enqueue in the same transaction as the write that makes the job necessary: both commit or
+    neither does. A queue created with notify wakes its listening workers when this commits.
+    """
+    row = conn.execute(
+        "SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s, %s, %s)",
+        (queue, Jsonb({} if payload is None else payload), run_at, priority, max_attempts,
+         dedupe_key)).fetchone()
+    return row[0]
+
+
+def complete(conn: psycopg.Connection, job_id: int, fence: int) -> str:
+    with translate("complete_job", job_id, fence):
+        return conn.execute("SELECT jobcap.complete_job(%s, %s)::text",
+                            (job_id, fence)).fetchone()[0]
+
+
+def fail(conn: psycopg.Connection, job_id: int, fence: int, error: str,
+         retry_in: Optional[Seconds] = None) -> str:
+    with translate("fail_job", job_id, fence):
+        return conn.execute("SELECT jobcap.fail_job(%s, %s, %s, %s)::text",
+                            (job_id, fence, error, interval(retry_in))).fetchone()[0]
+
+
+def heartbeat(conn: psycopg.Connection, job_id: int, fence: int,
+              extend: Optional[Seconds] = None) -> dt.datetime:
+    with translate("heartbeat", job_id, fence):
+        return conn.execute("SELECT jobcap.heartbeat(%s, %s, %s)",
+                            (job_id, fence, interval(extend))).fetchone()[0]
+
+
+def assert_fence(conn: psycopg.Connection, job_id: int, fence: int) -> None:
+    with translate("assert_fence", job_id, fence):
+        conn.execute("SELECT jobcap.assert_fence(%s, %s)", (job_id, fence))

@@ -1,0 +1,406 @@
+"""The Python client against a throwaway server: settle, fence, timeouts, wake-ups, signals."""
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import jobcap  # noqa: E402
+from pgserver import Server  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+server = None
+
+
+def setUpModule():
+    global server
+    logging.getLogger("jobcap").setLevel(logging.ERROR)  # lost connections are on purpose here
+    server = Server().start()
+    server.psql("CREATE TABLE effects (job_id bigint NOT NULL, fence bigint NOT NULL,"
+                " at timestamptz DEFAULT clock_timestamp())")
+
+
+def tearDownModule():
+    if server is not None:
+        server.stop()
+
+
+def connect(**kw):
+    return psycopg.connect(server.conninfo, autocommit=True, **kw)
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+class Base(unittest.TestCase):
+    queue_options = {}
+
+    def setUp(self):
+        self.conn = connect()
+        self.queue = self.id().rsplit(".", 1)[-1][:60]
+        options = {"max_attempts": 5, "lease": 30, "backoff_base": 0, "backoff_max": 0}
+        options.update(self.queue_options)
+        jobcap.create_queue(self.conn, self.queue, **options)
+        self.outcomes = []
+        self.threads = []
+
+    def tearDown(self):
+        for worker, thread in self.threads:
+            worker.stop()
+            thread.join(10)
+            self.assertFalse(thread.is_alive(), "worker did not stop")
+        self.conn.close()
+
+    def start(self, handler, **kw):
+        kw.setdefault("poll_max", 0.2)
+        kw.setdefault("exit_on_hang", False)  # never os._exit the test runner
+        worker = jobcap.Worker(server.conninfo, self.queue, handler,
+                               on_settled=lambda job, outcome, error:
+                               self.outcomes.append((job.id, outcome, error)), **kw)
+        thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False},
+                                  daemon=True)
+        thread.start()
+        self.threads.append((worker, thread))
+        return worker
+
+    def enqueue(self, payload=None, **kw):
+        return jobcap.enqueue(self.conn, self.queue, payload, **kw)
+
+    def job(self, job_id):
+        return self.conn.execute("SELECT state::text, attempts, fence FROM jobcap.jobs"
+                                 " WHERE job_id = %s", (job_id,)).fetchone()
+
+    def effects(self, job_id):
+        return self.conn.execute("SELECT fence FROM effects WHERE job_id = %s ORDER BY fence",
+                                 (job_id,)).fetchall()
+
+    def expire_and_reap(self, job_id):
+        self.conn.execute("UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'"
+                          " WHERE job_id = %s", (job_id,))
+        self.conn.execute("SELECT jobcap.reap_jobs()")
+
+
+class StaleFenceTest(Base):
+    def test_every_fenced_call_maps_jc001_to_stale_fence(self):
+        job_id = self.enqueue({"n": 1})
+        old = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w1')",
+                                (self.queue,)).fetchone()[0]
+        self.expire_and_reap(job_id)
+        new = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w2')",
+                                (self.queue,)).fetchone()[0]
+        self.assertGreater(new, old)
+        for call in (lambda: jobcap.complete(self.conn, job_id, old),
+                     lambda: jobcap.fail(self.conn, job_id, old, "late"),
+                     lambda: jobcap.heartbeat(self.conn, job_id, old),
+                     lambda: jobcap.assert_fence(self.conn, job_id, old)):
+            with self.assertRaises(jobcap.StaleFence) as caught:
+                call()
+            stale = caught.exception
+            self.assertEqual(stale.sqlstate, "JC001")
+            self.assertEqual((stale.job_id, stale.fence), (job_id, old))
+            self.assertIn("claimed again", stale.detail)
+            self.assertIsInstance(stale.__cause__, psycopg.Error)
+        # The current fence still works: the stale calls changed nothing.
+        self.assertEqual(jobcap.complete(self.conn, job_id, new), "succeeded")
+
+    def test_raw_sql_errors_are_recognised(self):
+        job_id = self.enqueue()
+        with self.assertRaises(psycopg.Error) as caught:
+            self.conn.execute("SELECT jobcap.assert_fence(%s, 99)", (job_id,))
+        self.assertTrue(jobcap.is_stale(caught.exception))
+        with self.assertRaises(psycopg.Error) as other:
+            self.conn.execute("SELECT jobcap.complete_job(-1, 1)")
+        self.assertFalse(jobcap.is_stale(other.exception))
+        with self.assertRaises(jobcap.StaleFence):
+            with jobcap.translate("assert_fence"):
+                self.conn.execute("SELECT jobcap.assert_fence(%s, 99)", (job_id,))
+
+
+class SettleTest(Base):
+    def test_effects_commit_with_the_completion(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        ids = [self.enqueue({"n": n}) for n in range(7)]
+        self.start(handle, batch=3)
+        wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids))
+        for i in ids:
+            self.assertEqual(self.effects(i), [(self.job(i)[2],)])
+        self.assertEqual(sorted(o[1] for o in self.outcomes), ["succeeded"] * 7)
+
+    def test_failure_keeps_the_error_text_and_stops_at_the_cap(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+            raise ValueError(f"corrupt input on attempt {job.attempt}")
+
+        job_id = self.enqueue(max_attempts=3)
+        self.start(handle)
+        wait_for(lambda: self.job(job_id)[0] == "dead")
+        self.assertEqual(self.job(job_id)[1], 3)
+        self.assertEqual(self.effects(job_id), [], "a failed attempt's writes roll back")
+        errors = [r[0] for r in self.conn.execute(
+            "SELECT error FROM jobcap.job_errors WHERE job_id = %s ORDER BY seq", (job_id,))]
+        self.assertEqual(len(errors), 3)
+        self.assertTrue(errors[2].startswith("ValueError: corrupt input on attempt 3"), errors[2])
+        self.assertIn("Traceback", errors[2])
+        self.assertEqual([o[1] for o in self.outcomes], ["retry", "retry", "dead"])
+
+    def test_a_lost_lease_rolls_back_the_handlers_writes(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+            if job.attempt == 1:
+                with connect() as other:  # the lease runs out while we work
+                    other.execute("UPDATE jobcap.jobs SET lease_expires_at = now() - "
+                                  "interval '1 second' WHERE job_id = %s", (job.id,))
+                    other.execute("SELECT jobcap.reap_jobs()")
+
+        job_id = self.enqueue()
+        self.start(handle)
+        wait_for(lambda: self.job(job_id)[0] == "succeeded")
+        self.assertEqual([o[1] for o in self.outcomes], ["stale", "succeeded"])
+        stale = self.outcomes[0][2]
+        self.assertIsInstance(stale, jobcap.StaleFence)
+        self.assertEqual(stale.operation, "complete_job")
+        self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)],
+                         "only the current fence's write commits")
+        self.assertLess(stale.fence, self.job(job_id)[2])
+
+    def test_assert_fence_in_the_handler(self):
+        seen = []
+
+        def handle(job):
+            if job.attempt == 1:
+                with connect() as other:
+                    other.execute("UPDATE jobcap.jobs SET lease_expires_at = now() - "
+                                  "interval '1 second' WHERE job_id = %s", (job.id,))
+                    other.execute("SELECT jobcap.reap_jobs()")
+            try:
+                job.assert_fence()
+            except jobcap.StaleFence:
+                seen.append(job.fence)
+                raise
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        job_id = self.enqueue()
+        self.start(handle)
+        wait_for(lambda: self.job(job_id)[0] == "succeeded")
+        self.assertEqual(len(seen), 1)
+        self.assertLess(seen[0], self.job(job_id)[2])
+        self.assertEqual([o[1] for o in self.outcomes], ["stale", "succeeded"])
+        self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
+
+
+class DeadlineTest(Base):
+    def test_the_timeout_interrupts_a_stuck_handler(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+            if job.attempt == 1:
+                while True:
+                    time.sleep(0.01)
+
+        job_id = self.enqueue()
+        started = time.monotonic()
+        self.start(handle, lease=3, timeout=0.5)
+        wait_for(lambda: self.job(job_id)[0] == "succeeded")
+        self.assertLess(time.monotonic() - started, 2.5, "the retry came before the lease ran out")
+        self.assertEqual([o[1] for o in self.outcomes], ["retry", "succeeded"])
+        self.assertIsInstance(self.outcomes[0][2], jobcap.JobTimeout)
+        error = self.conn.execute("SELECT error FROM jobcap.job_errors WHERE job_id = %s",
+                                  (job_id,)).fetchone()[0]
+        self.assertIn("timeout", error)
+        self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
+
+    def test_heartbeats_carry_long_work_past_the_lease(self):
+        def handle(job):
+            for _ in range(6):
+                time.sleep(0.3)
+                job.heartbeat()
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        job_id = self.enqueue()
+        self.start(handle, lease=1.0, timeout=0.6)
+        reaped = []
+        while self.job(job_id)[0] != "succeeded":  # an eager reaper meanwhile
+            reaped += self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()").fetchall()
+            time.sleep(0.05)
+        self.assertEqual(reaped, [])
+        self.assertEqual(self.job(job_id)[1], 1)
+        self.assertEqual([o[1] for o in self.outcomes], ["succeeded"])
+
+    def test_jobs_waiting_in_a_batch_keep_their_leases(self):
+        def handle(job):
+            time.sleep(0.5)
+
+        ids = [self.enqueue() for _ in range(4)]
+        self.start(handle, batch=4, lease=1.0, timeout=0.7)
+        reaped = []
+        while not all(self.job(i)[0] == "succeeded" for i in ids):
+            reaped += self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()").fetchall()
+            time.sleep(0.05)
+        self.assertEqual(reaped, [])
+        self.assertEqual([self.job(i)[1] for i in ids], [1, 1, 1, 1])
+
+    def test_timeout_must_be_shorter_than_the_lease(self):
+        with self.assertRaises(ValueError):
+            jobcap.Worker(server.conninfo, self.queue, print, lease=10, timeout=10)
+        with self.assertRaises(ValueError):
+            jobcap.Worker(server.conninfo, self.queue, print, lease=10, timeout=0)
+        self.assertEqual(jobcap.Worker(server.conninfo, self.queue, print, lease=10).timeout, 8)
+
+
+class WakeUpTest(Base):
+    queue_options = {"notify": True}
+
+    def test_notify_wakes_an_idle_worker(self):
+        self.start(lambda job: None, poll_min=30, poll_max=30)
+        time.sleep(0.5)  # idle, in a 30 s poll
+        started = time.monotonic()
+        job_id = self.enqueue()
+        wait_for(lambda: self.job(job_id)[0] == "succeeded", timeout=5)
+        self.assertLess(time.monotonic() - started, 2.0)
+
+    def test_one_notify_per_enqueueing_transaction(self):
+        with connect() as listener:
+            listener.execute("LISTEN jobcap")
+            with self.conn.transaction():
+                for _ in range(5):
+                    self.enqueue()
+            notes = []
+            gen = listener.notifies()
+            self.conn.execute("NOTIFY jobcap, 'end-marker'")
+            for note in gen:
+                notes.append(note.payload)
+                if note.payload == "end-marker":
+                    gen.close()
+        self.assertEqual(notes, [self.queue, "end-marker"])
+
+
+class PollingTest(Base):
+    def test_without_notify_polling_finds_the_job_within_one_interval(self):
+        self.start(lambda job: None, poll_min=0.05, poll_max=0.4)
+        time.sleep(1.5)  # the backoff has grown to poll_max
+        started = time.monotonic()
+        job_id = self.enqueue()
+        wait_for(lambda: self.job(job_id)[0] == "succeeded", timeout=5)
+        self.assertLess(time.monotonic() - started, 0.4 + 0.5)
+
+    def test_a_worker_reconnects_after_losing_its_connection(self):
+        self.start(lambda job: None, poll_max=0.1)
+        first = self.enqueue()
+        wait_for(lambda: self.job(first)[0] == "succeeded")
+        killed = self.conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'jobcap worker%'").fetchone()[0]
+        self.assertGreaterEqual(killed, 1)
+        second = self.enqueue()
+        wait_for(lambda: self.job(second)[0] == "succeeded")
+
+
+class ConnectionLossTest(Base):
+    queue_options = {"lease": 1}
+
+    def test_a_job_whose_connection_dies_goes_back_with_its_lease(self):
+        pids = []
+
+        def handle(job):
+            if job.attempt == 1:
+                pids.append(job.execute("SELECT pg_backend_pid()").fetchone()[0])
+                time.sleep(0.4)  # the connection dies meanwhile
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        job_id = self.enqueue()
+        self.start(handle, lease=1.0, timeout=0.8)
+        wait_for(lambda: pids)
+        self.conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        time.sleep(1.2)  # the lease runs out; the reaper takes it back
+        self.conn.execute("SELECT jobcap.reap_jobs()")
+        wait_for(lambda: self.job(job_id)[0] == "succeeded")
+        self.assertEqual([o[1] for o in self.outcomes], ["succeeded"])
+        self.assertEqual(self.job(job_id)[1], 2)
+        self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
+
+
+class ProcessTest(Base):
+    """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
+
+    def spawn(self, mode, **env):
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "worker_script.py"), server.conninfo,
+             self.queue, mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **{k: str(v) for k, v in env.items()}})
+        self.addCleanup(self.reap_process, proc)  # a failed test leaves no worker behind
+        return proc
+
+    @staticmethod
+    def reap_process(proc):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def test_sigterm_finishes_the_job_in_flight_and_claims_no_more(self):
+        first, second = self.enqueue(), self.enqueue()
+        proc = self.spawn("slow")
+        line = ""
+        while not line.startswith("started"):
+            line = proc.stdout.readline()
+            self.assertTrue(line, "the worker exited early")
+        self.assertEqual(line.strip(), f"started {first}")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertIn("exited cleanly", out)
+        self.assertEqual(self.job(first)[0:2], ("succeeded", 1), out)
+        self.assertEqual(self.job(second)[0:2], ("pending", 0))
+
+    def test_the_main_thread_timer_interrupts_a_sleep(self):
+        job_id = self.enqueue(max_attempts=1)
+        proc = self.spawn("sleeper", LEASE=3, TIMEOUT=0.5)
+        try:
+            wait_for(lambda: self.job(job_id)[0] == "dead", timeout=5)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertEqual(self.effects(job_id), [])
+
+    def test_a_handler_that_ignores_its_timeout_ends_the_process_before_the_lease(self):
+        job_id = self.enqueue()
+        proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        finally:
+            proc.kill()
+            proc.stdout.close()
+        self.assertEqual(proc.returncode, jobcap.HANG_EXIT_STATUS, out)
+        self.assertIn("ignored its timeout", out)
+        state, attempts, _ = self.job(job_id)
+        live = self.conn.execute("SELECT lease_expires_at > now() FROM jobcap.jobs"
+                                 " WHERE job_id = %s", (job_id,)).fetchone()[0]
+        self.assertEqual((state, attempts, live), ("running", 1, True),
+                         "the process died while its lease was still good")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,38 @@
+"""A worker process for the tests that need a real main thread and real signals.
+
+usage: worker_script.py CONNINFO QUEUE MODE
+  slow     each job writes an effect, then sleeps 1 s (SIGTERM must let it finish)
+  sleeper  each job sleeps 30 s (the main thread's timer must interrupt it)
+  hang     each job swallows JobTimeout and keeps going (the process must exit, status 70)
+"""
+import logging
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import jobcap  # noqa: E402
+
+conninfo, queue, mode = sys.argv[1:4]
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+
+def handle(job: jobcap.Job) -> None:
+    job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)", (job.id, job.fence))
+    if mode == "slow":
+        print(f"started {job.id}", flush=True)
+        time.sleep(1.0)
+    elif mode == "sleeper":
+        time.sleep(30)
+    elif mode == "hang":
+        while True:
+            try:
+                time.sleep(30)
+            except BaseException:  # the kind of handler the hard exit is for
+                pass
+
+
+lease = float(os.environ.get("LEASE", "5"))
+timeout = float(os.environ.get("TIMEOUT", "3"))
+jobcap.Worker(conninfo, queue, handle, lease=lease, timeout=timeout, poll_max=0.2).run()
+print("exited cleanly", flush=True)

@@ -1,0 +1,58 @@
+# Retention: succeeded jobs past jobcap.succeeded_retention go in batches, each its own
+# transaction, with their error history; dead and cancelled jobs stay by default
+# (dead_retention = 0) and go only once dead_retention is set.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use JobcapTest;
+
+my $node = jobcap_node('retention', 'jobcap.succeeded_retention' => 0);
+$node->safe_psql('postgres', q{
+    CREATE EXTENSION jobcap;
+    SELECT jobcap.create_queue('r');
+    -- 2500 succeeded two days ago, 3 succeeded just now, 2 dead and 1 cancelled two days ago
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, finished_at)
+    SELECT 'r', 'succeeded', 1, 1, now() - interval '2 days' FROM generate_series(1, 2500);
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, finished_at)
+    SELECT 'r', 'succeeded', 1, 1, now() FROM generate_series(1, 3);
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, finished_at, max_attempts)
+    SELECT 'r', s::jobcap.job_state, 2, 2, now() - interval '2 days', 2
+      FROM unnest(ARRAY['dead', 'dead', 'cancelled']) s;
+    -- history: a failed first attempt for every one of them
+    INSERT INTO jobcap.job_errors (job_id, queue, attempt, fence, kind, error)
+    SELECT job_id, queue, 1, 1, 'error', 'boom' FROM jobcap.jobs;
+});
+sleep 1;
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs"), '2506',
+	'succeeded_retention = 0 keeps everything');
+
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+    ALTER SYSTEM SET jobcap.succeeded_retention = '1d';
+    ALTER SYSTEM SET log_min_messages = debug1;
+    SELECT pg_reload_conf();
+});
+ok(defined wait_until($node, "SELECT count(*) = 6 FROM jobcap.jobs"), 'old succeeded jobs pruned');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()");
+my @batches = slurp_file($node->logfile, $offset) =~
+  m/jobcap reaper pruned (\d+) succeeded jobs in database "postgres" \(batch of 1000\)/g;
+is(join(' ', @batches), '1000 1000 500', 'in batches of 1000, one transaction each');
+is($node->safe_psql('postgres', "SELECT string_agg(state || ' ' || n, ', ' ORDER BY state) FROM
+    (SELECT state, count(*) AS n FROM jobcap.jobs GROUP BY state) s"),
+	'succeeded 3, dead 2, cancelled 1', 'recent succeeded jobs stay; dead and cancelled stay by default');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.job_errors e
+    WHERE NOT EXISTS (SELECT FROM jobcap.jobs j WHERE j.job_id = e.job_id)"), '0',
+	'the pruned jobs took their history with them');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.job_errors"), '6', 'the rest keep theirs');
+
+$node->safe_psql('postgres', "ALTER SYSTEM SET jobcap.dead_retention = '1d'; SELECT pg_reload_conf()");
+ok(defined wait_until($node, "SELECT count(*) = 3 FROM jobcap.jobs"), 'dead_retention set: old dead and cancelled go');
+is($node->safe_psql('postgres', "SELECT string_agg(DISTINCT state::text, ',') || ' ' || count(*)
+    FROM jobcap.jobs"), 'succeeded 3', 'only the recent succeeded jobs are left');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.job_errors"), '3', 'with their history');
+
+$node->stop;
+done_testing();
