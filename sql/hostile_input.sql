@@ -102,6 +102,12 @@ SELECT try(c) FROM unnest(ARRAY[
   format('jobcap.heartbeat(%s, %s)', :job, :fence - 1),
   format('jobcap.assert_fence(%s, NULL)', :job),
   format('jobcap.complete_job(9223372036854775807, %s)', :fence),
+  format('jobcap.complete_jobs(ARRAY[%s], ARRAY[0])', :job),
+  'jobcap.complete_jobs(ARRAY[1, 2], ARRAY[1])',
+  'jobcap.complete_jobs(ARRAY[1, NULL], ARRAY[1, 2])',
+  'jobcap.complete_jobs(NULL, ARRAY[1])',
+  'jobcap.complete_jobs(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))',
+  'jobcap.complete_jobs(''{}'', ''{}'')',
   -- the rest of the NULLs
   'jobcap.requeue_job(NULL, ''why'')',
   'jobcap.heartbeat(NULL, 1)',

@@ -39,7 +39,7 @@ CREATE ROLE regress_team_member LOGIN IN ROLE regress_team;
 CREATE ROLE regress_noinherit LOGIN NOINHERIT IN ROLE regress_team;
 GRANT USAGE ON SCHEMA jobcap TO regress_noinherit;
 GRANT EXECUTE ON FUNCTION jobcap.enqueue_job, jobcap.enqueue_jobs, jobcap.claim_job,
-    jobcap.claim_job_by_id, jobcap.complete_job, jobcap.fail_job, jobcap.heartbeat,
+    jobcap.claim_job_by_id, jobcap.complete_job, jobcap.complete_jobs, jobcap.fail_job, jobcap.heartbeat,
     jobcap.assert_fence, jobcap.complete_and_claim, jobcap.backoff TO regress_noinherit;
 
 SELECT jobcap.create_queue('qa', max_attempts => 50);
@@ -116,6 +116,9 @@ BEGIN
   WHEN 'heartbeat' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT jobcap.heartbeat(%s, %s)', j.job, j.fence);
+  WHEN 'complete_jobs' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT jobcap.complete_jobs(ARRAY[%s], ARRAY[%s])', j.job, j.fence);
   WHEN 'assert_fence' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT jobcap.assert_fence(%s, %s)', j.job, j.fence);
@@ -159,10 +162,10 @@ BEGIN
   END CASE;
 END $$;
 
-CREATE TABLE matrix_fns (fn text PRIMARY KEY, ord int, per_queue boolean);
+CREATE TABLE matrix_fns (fn text PRIMARY KEY, ord numeric, per_queue boolean);
 INSERT INTO matrix_fns VALUES
   ('enqueue_job', 1, true), ('enqueue_jobs', 2, true), ('claim_job', 3, true),
-  ('claim_job_by_id', 4, true), ('complete_job', 5, true), ('fail_job', 6, true),
+  ('claim_job_by_id', 4, true), ('complete_job', 5, true), ('complete_jobs', 5.5, true), ('fail_job', 6, true),
   ('heartbeat', 7, true), ('assert_fence', 8, true), ('complete_and_claim', 9, true),
   ('create_queue', 10, true), ('alter_queue', 11, true), ('drop_queue', 12, true),
   ('cancel_job', 13, true), ('requeue_job', 14, true), ('reap_jobs', 15, false),
@@ -233,7 +236,7 @@ CREATE FUNCTION policy(who text, fn text, queue text) RETURNS text LANGUAGE sql 
     WHEN who IN ('regress_worker_a', 'regress_team_member') THEN
       CASE WHEN fn = 'backoff' THEN 'ok'
            WHEN fn IN ('enqueue_job', 'enqueue_jobs', 'claim_job', 'claim_job_by_id', 'complete_job',
-                       'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim')
+                       'complete_jobs', 'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim')
                 AND queue = 'qa' THEN 'ok'
            ELSE '42501' END
     WHEN who IN ('regress_worker_none', 'regress_noinherit') THEN
@@ -260,7 +263,9 @@ SELECT f.n, t.outcome, regexp_replace(t.message, '\d+', 'N', 'g') AS message
   FROM (VALUES (1, format('complete_job(%s, %s)', :b_job, :b_fence)), (2, 'complete_job(999999, 1)'),
                (3, format('heartbeat(%s, %s)', :b_job, :b_fence)), (4, 'heartbeat(999999, 1)'),
                (5, format('claim_job_by_id(%s, ''w'')', :b_job)), (6, 'claim_job_by_id(999999, ''w'')'),
-               (7, format('assert_fence(%s, 0)', :b_job)), (8, 'assert_fence(999999, 0)')) f(n, call),
+               (7, format('assert_fence(%s, 0)', :b_job)), (8, 'assert_fence(999999, 0)'),
+               (9, format('complete_jobs(ARRAY[%s], ARRAY[%s])', :b_job, :b_fence)),
+               (10, 'complete_jobs(ARRAY[999999], ARRAY[1])')) f(n, call),
        try_as('regress_worker_a', format('SELECT jobcap.%s', f.call)) t
  ORDER BY f.n;
 SELECT state, fence = :b_fence AS same_fence FROM jobcap.jobs WHERE job_id = :b_job;

@@ -224,7 +224,8 @@ class Fuzzer:
                 self.failures.append(f"XX000 in housekeeping: {e} -- {sql}")
 
     WORKER_FUNCTIONS = {"enqueue_job", "enqueue_jobs", "claim_job", "claim_job_by_id",
-                        "complete_and_claim", "complete_job", "fail_job", "heartbeat", "assert_fence"}
+                        "complete_and_claim", "complete_job", "complete_jobs", "fail_job", "heartbeat",
+                        "assert_fence"}
 
     def session(self, op=None):
         """Mostly a session whose role may call op (the owner, or the worker for a worker
@@ -276,10 +277,10 @@ class Fuzzer:
         r = self.rng
         op = r.choices(
             ["enqueue_job", "enqueue_jobs", "claim_job", "claim_job_by_id", "complete_and_claim",
-             "complete_job", "fail_job", "heartbeat", "assert_fence", "reap_jobs", "cancel_job",
+             "complete_job", "complete_jobs", "fail_job", "heartbeat", "assert_fence", "reap_jobs", "cancel_job",
              "requeue_job", "create_queue", "alter_queue", "drop_queue", "grant_queue",
              "revoke_queue", "statements", "backoff", "expire", "transaction"],
-            [10, 4, 12, 5, 5, 10, 8, 5, 4, 5, 4, 4, 3, 3, 0.5, 2, 2, 2, 3, 3, 2])[0]
+            [10, 4, 12, 5, 5, 10, 3, 8, 5, 4, 5, 4, 4, 3, 3, 0.5, 2, 2, 2, 3, 3, 2])[0]
         self.bad = r.random() < 0.5
         who = self.session(op)
         self.who = who
@@ -317,6 +318,13 @@ class Fuzzer:
         elif op in ("complete_job", "assert_fence"):
             job = self.job_id()
             self.call(who, op, f"SELECT jobcap.{op}(%s::int8, %s::int8)", (job, self.fence_for(job)))
+        elif op == "complete_jobs":
+            jobs = [self.job_id() for _ in range(self.rng.randint(0, 4))]
+            fences = [self.fence_for(j) for j in jobs]
+            if self.hostile():
+                fences = self.pick(fences[:-1], fences + [1], None, [None] * len(jobs))
+            self.call(who, op, "SELECT jobcap.complete_jobs(%s::int8[], %s::int8[])",
+                      (None if None in jobs and self.hostile() else [j for j in jobs], fences))
         elif op == "fail_job":
             job = self.job_id()
             self.call(who, op, "SELECT jobcap.fail_job(%s::int8, %s::int8, %s::text, %s::interval)",
