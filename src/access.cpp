@@ -40,11 +40,11 @@ Oid table_owner()
 
 Statement queue_access = {
     "SELECT EXISTS (SELECT FROM jobcap.queues WHERE queue = $1), " JOBCAP_MAY_WORK("$2", "$1"),
-    2, {TEXTOID, OIDOID}, nullptr};
+    2, {TEXTOID, OIDOID}, nullptr, false, true};
 
 Statement job_access = {
     "SELECT " JOBCAP_MAY_WORK("$2", "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
-    2, {INT8OID, OIDOID}, nullptr};
+    2, {INT8OID, OIDOID}, nullptr, false, true};
 
 }  // namespace
 

@@ -66,7 +66,7 @@ Statement insert_job = {
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
     " FROM q",
     8, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID},
-    nullptr};
+    nullptr, false, true};
 
 // Many jobs, one statement: ids come back in the order of the payloads. $7 = caller.
 Statement insert_jobs = {
@@ -78,7 +78,8 @@ Statement insert_jobs = {
     "         RETURNING job_id)"
     " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
     " FROM q",
-    7, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID}, nullptr};
+    7, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
+    nullptr, false, true};
 
 }  // namespace statements
 

@@ -25,7 +25,7 @@ int sqlstate(core::Fault fault)
 Statement job_now = {
     "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "jobs.queue")
     " FROM jobcap.jobs WHERE job_id = $1",
-    2, {INT8OID, OIDOID}, nullptr};
+    2, {INT8OID, OIDOID}, nullptr, false, true};
 
 }  // namespace
 

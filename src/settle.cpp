@@ -19,7 +19,7 @@ Statement complete = {
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
-    4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr};
+    4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
@@ -37,7 +37,8 @@ Statement fail = {
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
     " SELECT state FROM failed",
-    6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr};
+    6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false,
+    true};
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose fence was not current, if any; the caller then raises, and nothing of the batch
@@ -66,7 +67,7 @@ Statement heartbeat = {
     "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
-    5, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr};
+    5, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
@@ -74,7 +75,7 @@ Statement heartbeat = {
 Statement assert_current = {
     "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
-    3, {INT8OID, INT8OID, OIDOID}, nullptr};
+    3, {INT8OID, INT8OID, OIDOID}, nullptr, false, true};
 
 }  // namespace statements
 
