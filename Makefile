@@ -14,14 +14,13 @@ CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp src/core
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
             src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp \
-            src/stats.cpp src/metrics.cpp src/deadletter.cpp
+            src/access.cpp src/grants.cpp src/stats.cpp src/metrics.cpp src/deadletter.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 
 DATA = $(wildcard sql/jobcap--*.sql)
 
-REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans stats \
-          stats_scale \
-          no_preload
+REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
+          stats stats_scale no_preload privileges hijack hostile_input install
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
                --load-extension=jobcap
@@ -34,11 +33,19 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolat
 
 PG_CONFIG ?= pg_config
 
+# SANITIZE=undefined (or address,undefined): instrument jobcap with gcc's sanitizers; every
+# finding aborts the backend. -fno-wrapv undoes PostgreSQL's -fwrapv for jobcap's own code, so
+# that a signed overflow there is a finding too. `make sanitize` builds a copy that way and runs the regress and
+# isolation suites and a short fuzz against it (test/run ubsan asan; see test/lib.sh).
+ifdef SANITIZE
+SANITIZE_FLAGS = -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer -g -fno-wrapv
+endif
+
 # C++17 with every warning an error. The server headers are system headers (-isystem) so their
 # C idioms do not count against us.
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers \
-              -fno-omit-frame-pointer
-SHLIB_LINK += -lstdc++
+              -fno-omit-frame-pointer $(SANITIZE_FLAGS)
+SHLIB_LINK += -lstdc++ $(SANITIZE_FLAGS)
 
 # Debian's PGXS wants LLVM bitcode for JIT inlining of every object. jobcap's functions are
 # called, not inlined into plans, so we build no bitcode and need no clang. (Set before the
@@ -55,9 +62,11 @@ all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit bench bench-quick
+.PHONY: test demo unit bench bench-quick sanitize
 test:
 	test/run
+sanitize:
+	test/run ubsan asan
 demo:
 	test/demo
 bench:

@@ -16,7 +16,9 @@ SELECT 'plans', -10, 3 FROM generate_series(1, 300);
 INSERT INTO jobcap.jobs (queue) SELECT 'plans' FROM generate_series(1, 3000);
 SET enable_hashjoin = off;
 
-CREATE FUNCTION claim_plan(batch int, mode text) RETURNS jsonb LANGUAGE plpgsql AS $$
+-- caller: the last parameter, NULL for a privileged caller (no grant check), else a role's oid.
+CREATE FUNCTION claim_plan(batch int, mode text, caller oid DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
   s record;
   plan json;
@@ -26,16 +28,22 @@ BEGIN
   PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s)', 'probe', 'plans', batch) INTO plan;
+                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s, %L)', 'probe', 'plans', batch,
+                 caller) INTO plan;
   DEALLOCATE claim_probe;
   RETURN plan::jsonb;
 END $$;
 
+-- The scan under each LockRows. A grant check that does not depend on the row is a one-time
+-- filter: a Result node over the scan (shown as "gated").
 CREATE FUNCTION lock_nodes(plan jsonb) RETURNS TABLE (loops bigint, locked bigint, scan text)
 LANGUAGE sql AS $$
   SELECT (n->>'Actual Loops')::bigint, (n->>'Actual Rows')::bigint,
-         (n->'Plans'->0->>'Node Type') || coalesce(' using ' || (n->'Plans'->0->>'Index Name'), '')
-    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n
+         CASE WHEN g THEN 'gated ' ELSE '' END || (s->>'Node Type')
+           || coalesce(' using ' || (s->>'Index Name'), '')
+    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n,
+         LATERAL (SELECT n->'Plans'->0->>'Node Type' = 'Result' AND n->'Plans'->0 ? 'Plans') r(g),
+         LATERAL (SELECT CASE WHEN g THEN n->'Plans'->0->'Plans'->0 ELSE n->'Plans'->0 END) c(s)
 $$;
 
 CREATE FUNCTION updated_rows(plan jsonb) RETURNS bigint LANGUAGE sql AS $$
@@ -49,6 +57,18 @@ SELECT 'generic' AS plan, l.*, updated_rows(p) AS claimed
   FROM claim_plan(10, 'force_generic_plan') p, lock_nodes(p) l;
 SELECT 'generic, big batch' AS plan, l.*, updated_rows(p) AS claimed
   FROM claim_plan(500, 'force_generic_plan') p, lock_nodes(p) l;
+-- A worker role's claim checks its grant once (an InitPlan), not per row: same scan, same locks.
+-- (Rolled back: the counts below stay those of the claims above.)
+CREATE ROLE regress_plans_worker NOLOGIN;
+BEGIN;
+SELECT jobcap.grant_queue('plans', 'regress_plans_worker');
+SELECT 'granted worker' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(10, 'force_generic_plan', 'regress_plans_worker'::regrole) p, lock_nodes(p) l;
+SELECT jobcap.revoke_queue('plans', 'regress_plans_worker');
+SELECT 'revoked worker' AS plan, l.*, updated_rows(p) AS claimed
+  FROM claim_plan(10, 'force_generic_plan', 'regress_plans_worker'::regrole) p, lock_nodes(p) l;
+ROLLBACK;
+DROP ROLE regress_plans_worker;
 
 -- Through the function itself: a claim of n returns n eligible jobs though 300 exhausted rows
 -- come first, and claims exactly them.
@@ -108,8 +128,8 @@ BEGIN
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   EXECUTE format('PREPARE settle_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) EXECUTE settle_probe(%s)',
-                 CASE name WHEN 'complete_jobs' THEN format('ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], clock_timestamp()', j.job_id, j.fence)
-                           ELSE format('%s, %s, clock_timestamp()', j.job_id, j.fence) END) INTO plan;
+                 CASE name WHEN 'complete_jobs' THEN format('ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], clock_timestamp(), NULL', j.job_id, j.fence)
+                           ELSE format('%s, %s, clock_timestamp(), NULL', j.job_id, j.fence) END) INTO plan;
   DEALLOCATE settle_probe;
   RETURN plan::jsonb;
 END $$;
@@ -118,7 +138,7 @@ SELECT 'complete_jobs' AS statement, * FROM scans(settle_plan('complete_jobs'));
 
 DROP FUNCTION settle_plan(text);
 DROP FUNCTION scans(jsonb);
-DROP FUNCTION claim_plan(int, text);
+DROP FUNCTION claim_plan(int, text, oid);
 DROP FUNCTION reap_plan(int);
 DROP FUNCTION lock_nodes(jsonb);
 DROP FUNCTION updated_rows(jsonb);

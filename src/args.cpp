@@ -1,6 +1,11 @@
 #include "args.hpp"
 
 #include "boundary.hpp"
+#include "jobcap.hpp"
+
+extern "C" {
+#include "access/detoast.h"
+}
 
 namespace jobcap {
 namespace {
@@ -91,6 +96,32 @@ Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero
     if (is_null != nullptr)
         *is_null = false;
     return PG_GETARG_DATUM(n);
+}
+
+Datum kept_text(text* value)
+{
+    int len = VARSIZE_ANY_EXHDR(value);
+    if (len <= guc_max_error_bytes)
+        return PointerGetDatum(value);
+    int cut = pg_mbcliplen(VARDATA_ANY(value), len, guc_max_error_bytes);
+    StringInfoData s;
+    initStringInfo(&s);
+    appendBinaryStringInfo(&s, VARDATA_ANY(value), cut);
+    appendStringInfo(&s, "... [truncated, %d bytes in all]", len);
+    return PointerGetDatum(cstring_to_text_with_len(s.data, s.len));
+}
+
+Datum arg_payload(FunctionCallInfo fcinfo, int n)
+{
+    Datum payload = arg_required(fcinfo, n, "payload");
+    // The size as stored before compression, read from the header: no detoasting.
+    Size size = toast_raw_datum_size(payload) - VARHDRSZ;
+    if (size > static_cast<Size>(guc_max_payload_bytes))
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("payload is too large (%zu bytes, at most %d)", static_cast<size_t>(size),
+                               guc_max_payload_bytes),
+                        errhint("Store large data elsewhere and enqueue a reference to it, or raise jobcap.max_payload_bytes.")));
+    return payload;
 }
 
 Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what)

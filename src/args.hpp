@@ -31,6 +31,13 @@ int64 arg_fence(FunctionCallInfo fcinfo, int n);
 Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
                bool* is_null);
 
+// Text kept in a job's history (an error, a requeue reason): at most jobcap.max_error_bytes,
+// cut at a character boundary and marked.
+Datum kept_text(text* value);
+
+// A jsonb payload: at most jobcap.max_payload_bytes (54000 otherwise).
+Datum arg_payload(FunctionCallInfo fcinfo, int n);
+
 // A required argument with no rule beyond "not null".
 Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what);
 

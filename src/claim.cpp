@@ -3,6 +3,7 @@
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts.
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
@@ -19,7 +20,8 @@ namespace statements {
 // an index: it must reach the claimed rows by primary key, never by walking the backlog.
 // The fence comes from a sequence, so a claim that rolled back never hands its fence out again.
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
-// $3 = lease (NULL: the queue's).
+// $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
+// may claim only jobs of queues granted to it.
 #define CLAIM_THE_COHORT                                                                          \
     " claimed AS (UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"        \
     "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
@@ -34,36 +36,36 @@ namespace statements {
     " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
     "  ORDER BY priority, run_at, job_id"
 
-// $4 = queue, $5 = batch.
+// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
+// the row: it runs once, as a one-time filter before the scan.
 Statement claim_batch = {
     "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
+    "     AND " JOBCAP_MAY_WORK("$6", "$4")
     "     AND j.attempts < coalesce(j.max_attempts,"
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
     "   ORDER BY j.priority, j.run_at, j.job_id"
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID}, nullptr, true};
+    6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr, true};
 
-// $4 = job_id.
+// $4 = job_id, $5 = caller (NULL: privileged).
 Statement claim_one = {
     "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND j.attempts < coalesce(j.max_attempts,"
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
+    "     AND " JOBCAP_MAY_WORK("$5", "j.queue")
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
     CLAIM_THE_COHORT,
-    4, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID}, nullptr, true};
+    5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, nullptr, true};
 
 }  // namespace statements
 
 namespace {
-
-Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
-Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work (the
 // incident's loop). Inside a savepoint or an exception block it always would: refuse there.
@@ -97,6 +99,7 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_claim_job)
 {
     return guard("claim_job", [&]() -> Datum {
+        Access access = admit("claim_job", Duty::worker);
         NameArg queue = arg_queue(fcinfo, 0);
         NameArg worker = arg_worker(fcinfo, 1);
         int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
@@ -105,15 +108,15 @@ JOBCAP_FUNCTION(jobcap_claim_job)
         refuse_subtransaction("claim_job");
         InitMaterializedSRF(fcinfo, 0);
 
-        Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
-                           queue.datum, Int32GetDatum(batch)};
-        char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
-        SPI_connect();
+        char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+        Datum values[6] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
+                           queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
+        connect(access);
         uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && run(queue_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_queue(queue.cstr);
+        if (rows == 0)
+            check_queue(access, "claim_job", queue.datum, queue.cstr);
         return_claimed(fcinfo, rows);
-        SPI_finish();
+        finish(access);
         return (Datum) 0;
     });
 }
@@ -124,6 +127,7 @@ JOBCAP_FUNCTION(jobcap_claim_job)
 JOBCAP_FUNCTION(jobcap_complete_and_claim)
 {
     return guard("complete_and_claim", [&]() -> Datum {
+        Access access = admit("complete_and_claim", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
         NameArg queue = arg_queue(fcinfo, 2);
@@ -135,17 +139,19 @@ JOBCAP_FUNCTION(jobcap_complete_and_claim)
         InitMaterializedSRF(fcinfo, 0);
 
         Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
-        Datum done[3] = {Int64GetDatum(job_id), Int64GetDatum(fence), now};
-        Datum values[5] = {now, worker.datum, lease, queue.datum, Int32GetDatum(batch)};
-        char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
-        SPI_connect();
-        if (run(statements::complete, done, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
-            raise_not_current("complete_and_claim", job_id, fence);
+        char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+        Datum values[6] = {now, worker.datum, lease, queue.datum, Int32GetDatum(batch),
+                           caller_param(access, &nulls[5])};
+        char done_nulls[5] = {' ', ' ', ' ', nulls[5], '\0'};
+        Datum done[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5]};
+        connect(access);
+        if (run(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
+            raise_not_current(access, "complete_and_claim", job_id, fence);
         uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && run(queue_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_queue(queue.cstr);
+        if (rows == 0)
+            check_queue(access, "complete_and_claim", queue.datum, queue.cstr);
         return_claimed(fcinfo, rows);
-        SPI_finish();
+        finish(access);
         return (Datum) 0;
     });
 }
@@ -153,6 +159,7 @@ JOBCAP_FUNCTION(jobcap_complete_and_claim)
 JOBCAP_FUNCTION(jobcap_claim_job_by_id)
 {
     return guard("claim_job_by_id", [&]() -> Datum {
+        Access access = admit("claim_job_by_id", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         NameArg worker = arg_worker(fcinfo, 1);
         bool no_lease = false;
@@ -160,15 +167,15 @@ JOBCAP_FUNCTION(jobcap_claim_job_by_id)
         refuse_subtransaction("claim_job_by_id");
         InitMaterializedSRF(fcinfo, 0);
 
-        Datum values[4] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
-                           Int64GetDatum(job_id)};
-        char nulls[5] = {' ', ' ', no_lease ? 'n' : ' ', ' ', '\0'};
-        SPI_connect();
+        char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
+        Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
+                           Int64GetDatum(job_id), caller_param(access, &nulls[4])};
+        connect(access);
         uint64 rows = run(statements::claim_one, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && run(job_exists, &values[3], nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_job(job_id);
+        if (rows == 0)
+            check_job(access, "claim_job_by_id", job_id);
         return_claimed(fcinfo, rows);
-        SPI_finish();
+        finish(access);
         return (Datum) 0;
     });
 }

@@ -2,6 +2,7 @@
 // requeue_dead and purge_dead (dead letters of a queue in bounded batches). The bulk requeue is
 // requeue_job's statement over a cohort: budget raised to attempts + extra (default: the queue's
 // cap), counters and fences never go back, the reason kept in each job's history.
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "history.hpp"
@@ -52,7 +53,7 @@ Statement top_failing = {
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 
 // requeue_job's update (src/manage.cpp) over the cohort. $6 = reason, $7 = extra attempts
-// (NULL: the queue's cap), $8 = now. Dead jobs hold their dedupe keys (jobs_dedupe covers dead),
+// (NULL: the queue's cap), $8 = now, $9 = the calling role (for the history rows). Dead jobs hold their dedupe keys (jobs_dedupe covers dead),
 // so no other live job can hold one; the guard stays, as in requeue_job, and a job it stops
 // stays dead and is not counted.
 Statement requeue_dead = {
@@ -66,11 +67,11 @@ Statement requeue_dead = {
     "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"
     "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
     "          AND o.state IN ('pending', 'running', 'dead'))"
-    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, current_user::text AS worker),"
+    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"
     JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8")
     " SELECT count(*)::int FROM requeued",
-    8, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
-        TIMESTAMPTZOID},
+    9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
+        TIMESTAMPTZOID, TEXTOID},
     nullptr};
 
 // Deletes the cohort with its history, as retention does.
@@ -125,6 +126,7 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_top_failing_jobs)
 {
     return guard("top_failing_jobs", [&]() -> Datum {
+        Access access = admit("top_failing_jobs", Duty::operator_);
         Datum values[4];
         char nulls[5] = "    ";
         if (PG_ARGISNULL(0)) {
@@ -145,7 +147,7 @@ JOBCAP_FUNCTION(jobcap_top_failing_jobs)
         InitMaterializedSRF(fcinfo, 0);
         ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        SPI_connect();
+        connect(access);
         uint64 rows = run(top_failing, values, nulls, SPI_OK_SELECT);
         if (rows == 0 && nulls[0] == ' ')
             check_queue(values[0]);
@@ -156,7 +158,7 @@ JOBCAP_FUNCTION(jobcap_top_failing_jobs)
                 v[c] = column(r, c + 1, &n[c]);
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
         }
-        SPI_finish();
+        finish(access);
         return (Datum) 0;
     });
 }
@@ -164,6 +166,7 @@ JOBCAP_FUNCTION(jobcap_top_failing_jobs)
 JOBCAP_FUNCTION(jobcap_requeue_dead)
 {
     return guard("requeue_dead", [&]() -> Datum {
+        Access access = admit("requeue_dead", Duty::operator_);
         // SQL: (queue, reason, error_like, died_after, died_before, max_jobs, extra_attempts)
         Datum reason = arg_required(fcinfo, 1, "reason");
         if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
@@ -171,21 +174,22 @@ JOBCAP_FUNCTION(jobcap_requeue_dead)
                             errmsg("reason must not be empty"),
                             errhint("Say why the jobs deserve more attempts; it is kept in "
                                     "each job's history.")));
-        Datum values[8];
-        char nulls[9] = "        ";
+        Datum values[9];
+        char nulls[10] = "         ";
         dead_filter(fcinfo, 2, 5, values, nulls);
-        values[5] = reason;
+        values[5] = kept_text(DatumGetTextPP(reason));
         int32 extra = 0;
         bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
         values[6] = Int32GetDatum(extra);
         nulls[6] = has_extra ? ' ' : 'n';
         values[7] = TimestampTzGetDatum(GetCurrentTimestamp());
+        values[8] = caller_name(access);
 
-        SPI_connect();
+        connect(access);
         check_queue(values[0]);
         run(requeue_dead, values, nulls, SPI_OK_SELECT);
         int32 requeued = DatumGetInt32(column(0, 1));
-        SPI_finish();
+        finish(access);
         PG_RETURN_INT32(requeued);
     });
 }
@@ -193,15 +197,16 @@ JOBCAP_FUNCTION(jobcap_requeue_dead)
 JOBCAP_FUNCTION(jobcap_purge_dead)
 {
     return guard("purge_dead", [&]() -> Datum {
+        Access access = admit("purge_dead", Duty::operator_);
         Datum values[5];
         char nulls[6] = "     ";
         dead_filter(fcinfo, 1, 4, values, nulls);
 
-        SPI_connect();
+        connect(access);
         check_queue(values[0]);
         run(purge_dead, values, nulls, SPI_OK_SELECT);
         int32 purged = DatumGetInt32(column(0, 1));
-        SPI_finish();
+        finish(access);
         PG_RETURN_INT32(purged);
     });
 }

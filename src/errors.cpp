@@ -1,4 +1,5 @@
 // The errors every family of functions shares: bad arguments, unknown objects, stale fences.
+#include "access.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
 
@@ -19,9 +20,12 @@ int sqlstate(core::Fault fault)
     return ERRCODE_INVALID_PARAMETER_VALUE;
 }
 
-// The current state and fence of a job, read only to explain a failed compare-and-swap.
+// The current state and fence of a job, read only to explain a failed compare-and-swap, and
+// whether the caller ($2) may work it at all.
 Statement job_now = {
-    "SELECT state::text, fence FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
+    "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "jobs.queue")
+    " FROM jobcap.jobs WHERE job_id = $1",
+    2, {INT8OID, OIDOID}, nullptr, false, true};
 
 }  // namespace
 
@@ -46,11 +50,18 @@ void raise_unknown_queue(const char* queue)
     pg_unreachable();
 }
 
-void raise_not_current(const char* function, int64 job_id, int64 fence)
+void raise_not_current(const Access& access, const char* function, int64 job_id, int64 fence)
 {
-    Datum values[1] = {Int64GetDatum(job_id)};
-    if (run(job_now, values, nullptr, SPI_OK_SELECT) == 0)
-        raise_unknown_job(job_id);
+    char nulls[3] = {' ', ' ', '\0'};
+    Datum values[2] = {Int64GetDatum(job_id), caller_param(access, &nulls[1])};
+    // A caller denied the job's queue learns nothing more, not even whether the job exists.
+    if (run(job_now, values, nulls, SPI_OK_SELECT) == 0) {
+        if (access.privileged)
+            raise_unknown_job(job_id);
+        deny_job(function, job_id);
+    }
+    if (!DatumGetBool(column(0, 3)))
+        deny_job(function, job_id);
 
     const char* state = TextDatumGetCString(column(0, 1));
     int64 current = DatumGetInt64(column(0, 2));

@@ -14,6 +14,7 @@ namespace jobcap {
 int guc_error_history = 10;
 int guc_max_error_bytes = 2048;
 int guc_default_max_attempts = 10;
+int guc_max_payload_bytes = 1024 * 1024;
 
 char* guc_database = nullptr;
 int guc_reap_interval_ms = 1000;
@@ -22,6 +23,18 @@ int guc_succeeded_retention_s = 86400;
 int guc_dead_retention_s = 0;
 
 }  // namespace jobcap
+
+#if defined(__SANITIZE_ADDRESS__)
+// Built with AddressSanitizer (make sanitize): the runtime comes in with this library, after
+// postgres started, because preloading it into the postmaster deadlocks PostgreSQL 15's startup
+// on Debian 12 (glibc's bindtextdomain). The backend's environment is overwritten by its
+// process title, so ASAN_OPTIONS cannot reach it: the options live here. Without its
+// interceptors ASan checks jobcap's own stack and globals, not the heap.
+extern "C" const char* __asan_default_options()
+{
+    return "verify_asan_link_order=0:detect_leaks=0:abort_on_error=1:halt_on_error=1";
+}
+#endif
 
 extern "C" void _PG_init(void)
 {
@@ -39,6 +52,11 @@ extern "C" void _PG_init(void)
                             "Sets the attempt cap of queues created without one.",
                             nullptr, &jobcap::guc_default_max_attempts, 10, 1, 1000000,
                             PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("jobcap.max_payload_bytes",
+                            "Sets the largest job payload that enqueue_job and enqueue_jobs accept.",
+                            "Measured as the jsonb value before compression. Only superusers can change it.",
+                            &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024,
+                            PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
 
     // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
     // only a preloaded jobcap starts the launcher and its reapers.

@@ -1,5 +1,6 @@
 // cancel_job and requeue_job: an operator's hand on one job. requeue_job is the only way out of
 // dead or cancelled; nothing leaves succeeded. Counters and fences never go back.
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "history.hpp"
@@ -15,7 +16,8 @@ Statement cancel = {
     " WHERE job_id = $1 AND state IN ('pending', 'running') RETURNING job_id",
     2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
-// The budget becomes attempts + extra ($3, NULL: the queue's cap); the reason goes to history.
+// The budget becomes attempts + extra ($3, NULL: the queue's cap); the reason goes to history
+// with the calling role ($5: the statement runs as the tables' owner, see access.hpp).
 // A job whose dedupe key another live job now holds stays where it is (see why_not_requeued).
 Statement requeue = {
     "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
@@ -26,10 +28,10 @@ Statement requeue = {
     "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"
     "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
     "          AND o.state IN ('pending', 'running', 'dead'))"
-    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, current_user::text AS worker),"
+    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $5 AS worker),"
     JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$2", "$4")
     " SELECT job_id FROM requeued",
-    4, {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID}, nullptr};
+    5, {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID}, nullptr};
 
 Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
 
@@ -51,14 +53,15 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_cancel_job)
 {
     return guard("cancel_job", [&]() -> Datum {
+        Access access = admit("cancel_job", Duty::operator_);
         int64 job_id = arg_job_id(fcinfo, 0);
         Datum values[2] = {Int64GetDatum(job_id), TimestampTzGetDatum(GetCurrentTimestamp())};
 
-        SPI_connect();
+        connect(access);
         bool cancelled = run(cancel, values, nullptr, SPI_OK_UPDATE_RETURNING) > 0;
         if (!cancelled && run(job_exists, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_job(job_id);
-        SPI_finish();
+        finish(access);
         PG_RETURN_BOOL(cancelled);
     });
 }
@@ -66,6 +69,7 @@ JOBCAP_FUNCTION(jobcap_cancel_job)
 JOBCAP_FUNCTION(jobcap_requeue_job)
 {
     return guard("requeue_job", [&]() -> Datum {
+        Access access = admit("requeue_job", Duty::operator_);
         int64 job_id = arg_job_id(fcinfo, 0);
         Datum reason = arg_required(fcinfo, 1, "reason");
         if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
@@ -74,11 +78,12 @@ JOBCAP_FUNCTION(jobcap_requeue_job)
                             errhint("Say why the job deserves more attempts; it is kept in the job's history.")));
         int32 extra = 0;
         bool has_extra = arg_count_opt(fcinfo, 2, "extra_attempts", core::kMaxAttempts, &extra);
-        Datum values[4] = {Int64GetDatum(job_id), reason, Int32GetDatum(extra),
-                           TimestampTzGetDatum(GetCurrentTimestamp())};
-        char nulls[5] = {' ', ' ', has_extra ? ' ' : 'n', ' ', '\0'};
+        Datum values[5] = {Int64GetDatum(job_id), kept_text(DatumGetTextPP(reason)),
+                           Int32GetDatum(extra), TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_name(access)};
+        char nulls[6] = {' ', ' ', has_extra ? ' ' : 'n', ' ', ' ', '\0'};
 
-        SPI_connect();
+        connect(access);
         bool requeued = run(requeue, values, nulls, SPI_OK_SELECT) > 0;
         if (!requeued) {
             if (run(why_not_requeued, values, nullptr, SPI_OK_SELECT) == 0)
@@ -94,7 +99,7 @@ JOBCAP_FUNCTION(jobcap_requeue_job)
                                 errhint("Cancel job %lld first, or enqueue the work again.",
                                         static_cast<long long>(DatumGetInt64(holder)))));
         }
-        SPI_finish();
+        finish(access);
         PG_RETURN_BOOL(requeued);
     });
 }

@@ -1,6 +1,7 @@
 // jobcap.metrics(): the numbers of jobcap.queue_stats (over jobcap.stats_window) in the
 // Prometheus text exposition format 0.0.4, for a textfile collector, a scrape proxy or a
 // postgres_exporter query. Names are fixed and checked; queue names are escaped as label values.
+#include "access.hpp"
 #include "boundary.hpp"
 #include "plans.hpp"
 #include "stats.hpp"
@@ -80,15 +81,16 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_metrics)
 {
     return guard("metrics", [&]() -> Datum {
+        Access access = admit("metrics", Duty::operator_);
         StatsWindow w = {};
         w.now = GetCurrentTimestamp();
         w.until = w.now;
         w.since = w.now - (int64) guc_stats_window_s * USECS_PER_SEC;
 
-        SPI_connect();
+        connect(access);
         QueueStats* stats = nullptr;
         uint64 rows = collect_stats(w, &stats);
-        SPI_finish();
+        finish(access);
 
         StringInfoData out;
         initStringInfo(&out);

@@ -8,7 +8,7 @@ SPIPlanPtr prepared(Statement& s)
 {
     if (s.plan == nullptr) {
         SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes,
-                                             s.steered ? CURSOR_OPT_GENERIC_PLAN : 0);
+                                             s.steered || s.generic ? CURSOR_OPT_GENERIC_PLAN : 0);
         if (plan == nullptr)
             elog(ERROR, "jobcap: could not prepare statement: %s", SPI_result_code_string(SPI_result));
         if (SPI_keepplan(plan) != 0)

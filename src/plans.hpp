@@ -11,7 +11,7 @@ namespace jobcap {
 struct Statement {
     const char* sql;
     int nargs;
-    Oid argtypes[8];
+    Oid argtypes[10];
     SPIPlanPtr plan;
     // Steered statements (the claims, complete_jobs and the reaper) keep ONE generic plan, made
     // with sequential scans, bitmap scans, sorts and JIT disabled: planning a claim costs twice
@@ -19,6 +19,10 @@ struct Statement {
     // the claim index in order and reach claimed rows by primary key. Plain statements leave
     // the choice to PostgreSQL's plan cache.
     bool steered;
+    // Statements that check the caller's grants (access.hpp) keep one generic plan as well:
+    // for a privileged caller the caller parameter is NULL, a custom plan folds the grant check
+    // away and so always looks cheaper, and the plan cache would plan again on every call.
+    bool generic;
 };
 
 // Executes s inside an open SPI connection with the given arguments (nulls as SPI wants them:

@@ -1,4 +1,5 @@
 // create_queue, alter_queue, drop_queue.
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "jobcap.hpp"
@@ -89,6 +90,7 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_create_queue)
 {
     return guard("create_queue", [&]() -> Datum {
+        Access access = admit("create_queue", Duty::operator_);
         NameArg queue = arg_queue(fcinfo, 0);
         Datum values[6];
         char nulls[7] = "      ";
@@ -106,12 +108,12 @@ JOBCAP_FUNCTION(jobcap_create_queue)
         }
         check_backoff(values[3], values[4]);
 
-        SPI_connect();
+        connect(access);
         if (run(insert_queue, values, nulls, SPI_OK_INSERT) == 0)
             ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                             errmsg("queue \"%s\" already exists", queue.cstr),
                             errhint("Change its settings with jobcap.alter_queue.")));
-        SPI_finish();
+        finish(access);
         PG_RETURN_VOID();
     });
 }
@@ -119,19 +121,20 @@ JOBCAP_FUNCTION(jobcap_create_queue)
 JOBCAP_FUNCTION(jobcap_alter_queue)
 {
     return guard("alter_queue", [&]() -> Datum {
+        Access access = admit("alter_queue", Duty::operator_);
         NameArg queue = arg_queue(fcinfo, 0);
         Datum values[6];
         char nulls[7] = "      ";
         values[0] = queue.datum;
         queue_settings(fcinfo, values, nulls);
 
-        SPI_connect();
+        connect(access);
         if (run(lock_queue, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_queue(queue.cstr);
         check_backoff(nulls[3] == 'n' ? column(0, 1) : values[3],
                       nulls[4] == 'n' ? column(0, 2) : values[4]);
         run(update_queue, values, nulls, SPI_OK_UPDATE);
-        SPI_finish();
+        finish(access);
         PG_RETURN_VOID();
     });
 }
@@ -139,6 +142,7 @@ JOBCAP_FUNCTION(jobcap_alter_queue)
 JOBCAP_FUNCTION(jobcap_drop_queue)
 {
     return guard("drop_queue", [&]() -> Datum {
+        Access access = admit("drop_queue", Duty::operator_);
         NameArg queue = arg_queue(fcinfo, 0);
         bool force = DatumGetBool(arg_required(fcinfo, 1, "force"));
         if (IsolationUsesXactSnapshot())
@@ -148,7 +152,7 @@ JOBCAP_FUNCTION(jobcap_drop_queue)
                             errhint("Run jobcap.drop_queue at READ COMMITTED.")));
         Datum values[1] = {queue.datum};
 
-        SPI_connect();
+        connect(access);
         run(lock_jobs, nullptr, nullptr, SPI_OK_UTILITY);
         if (run(queue_activity, values, nullptr, SPI_OK_SELECT) == 0)
             raise_unknown_queue(queue.cstr);
@@ -157,7 +161,7 @@ JOBCAP_FUNCTION(jobcap_drop_queue)
                             errmsg("queue \"%s\" has pending or running jobs", queue.cstr),
                             errhint("Wait for them to finish, cancel them, or drop the queue with force => true.")));
         run(delete_queue, values, nullptr, SPI_OK_DELETE);
-        SPI_finish();
+        finish(access);
         PG_RETURN_VOID();
     });
 }

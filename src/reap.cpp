@@ -3,6 +3,7 @@
 // cancelled and succeeded jobs are never touched.
 #include "reap.hpp"
 
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "history.hpp"
@@ -64,18 +65,19 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_reap_jobs)
 {
     return guard("reap_jobs", [&]() -> Datum {
+        Access access = admit("reap_jobs", Duty::operator_);
         int32 max_jobs = arg_count(fcinfo, 0, "max_jobs", core::kMaxReapBatch);
         InitMaterializedSRF(fcinfo, 0);
         ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        SPI_connect();
+        connect(access);
         uint64 rows = reap(max_jobs);
         for (uint64 r = 0; r < rows; ++r) {
             Datum values[3] = {column(r, 1), column(r, 2), column(r, 3)};
             bool nulls[3] = {false, false, false};
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
         }
-        SPI_finish();
+        finish(access);
         return (Datum) 0;
     });
 }

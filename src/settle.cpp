@@ -1,7 +1,10 @@
 // complete_job, fail_job, heartbeat, assert_fence: the calls a worker makes while it holds a
 // lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
 // reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence error, and
-// whatever it wrote in the same transaction rolls back with it.
+// whatever it wrote in the same transaction rolls back with it. The last parameter of each is
+// the caller (access.hpp): a job of a queue not granted to it matches no row either, and
+// raise_not_current tells the two apart.
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "history.hpp"
@@ -14,11 +17,12 @@ namespace statements {
 
 Statement complete = {
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running' RETURNING state",
-    3, {INT8OID, INT8OID, TIMESTAMPTZOID}, nullptr};
+    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
+    4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
-// counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now.
+// counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
 #define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
 Statement fail = {
     "WITH failed AS (UPDATE jobcap.jobs j"
@@ -29,63 +33,52 @@ Statement fail = {
     "       lease_expires_at = NULL"
     "  FROM jobcap.queues q"
     " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"
+    "   AND " JOBCAP_MAY_WORK("$6", "j.queue")
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
     " SELECT state FROM failed",
-    5, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}, nullptr};
+    6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false,
+    true};
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose fence was not current, if any; the caller then raises, and nothing of the batch
-// commits. $1 = job ids, $2 = fences, $3 = now.
+// commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
+// is not settled either, and raise_not_current then refuses it with 42501.
 Statement complete_many = {
     "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY"
     "                 AS i(job_id, fence, n)),"
     " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
     "     lease_expires_at = NULL"
     "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
+    "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
     "   RETURNING j.job_id)"
     " SELECT c.settled, m.job_id, m.fence"
     "   FROM (SELECT count(*)::int AS settled FROM settled) c"
     "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
     "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id)"
     "      ORDER BY i.n LIMIT 1) m ON true",
-    3, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID}, nullptr, true};
+    4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID}, nullptr, true};
 
-// A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now.
+// A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now,
+// $5 = caller.
 // lease_expires_at is in no index, so this is a HOT update.
 Statement heartbeat = {
     "UPDATE jobcap.jobs SET lease_expires_at ="
     "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running' RETURNING lease_expires_at",
-    4, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID}, nullptr};
+    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+    "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
+    5, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
 // current lease.
 Statement assert_current = {
     "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    " FOR NO KEY UPDATE",
-    2, {INT8OID, INT8OID}, nullptr};
+    "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
+    3, {INT8OID, INT8OID, OIDOID}, nullptr, false, true};
 
 }  // namespace statements
 
-namespace {
-
-// The error text as kept: at most jobcap.max_error_bytes, cut at a character boundary.
-Datum kept_error(text* error)
-{
-    int len = VARSIZE_ANY_EXHDR(error);
-    if (len <= guc_max_error_bytes)
-        return PointerGetDatum(error);
-    int cut = pg_mbcliplen(VARDATA_ANY(error), len, guc_max_error_bytes);
-    StringInfoData s;
-    initStringInfo(&s);
-    appendBinaryStringInfo(&s, VARDATA_ANY(error), cut);
-    appendStringInfo(&s, "... [truncated, %d bytes in all]", len);
-    return PointerGetDatum(cstring_to_text_with_len(s.data, s.len));
-}
-
-}  // namespace
 }  // namespace jobcap
 
 using namespace jobcap;
@@ -93,16 +86,19 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_complete_job)
 {
     return guard("complete_job", [&]() -> Datum {
+        Access access = admit("complete_job", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
-        Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                           TimestampTzGetDatum(GetCurrentTimestamp())};
+        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[3])};
 
-        SPI_connect();
-        if (run(statements::complete, values, nullptr, SPI_OK_UPDATE_RETURNING) == 0)
-            raise_not_current("complete_job", job_id, fence);
+        connect(access);
+        if (run(statements::complete, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+            raise_not_current(access, "complete_job", job_id, fence);
         Datum state = column(0, 1);
-        SPI_finish();
+        finish(access);
         return state;
     });
 }
@@ -110,20 +106,22 @@ JOBCAP_FUNCTION(jobcap_complete_job)
 JOBCAP_FUNCTION(jobcap_fail_job)
 {
     return guard("fail_job", [&]() -> Datum {
+        Access access = admit("fail_job", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
         bool no_retry_in = false;
         Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-        Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                           PG_ARGISNULL(2) ? (Datum) 0 : kept_error(PG_GETARG_TEXT_PP(2)),
-                           retry_in, TimestampTzGetDatum(GetCurrentTimestamp())};
-        char nulls[6] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ', '\0'};
+        char nulls[7] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ', ' ', '\0'};
+        Datum values[6] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)),
+                           retry_in, TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[5])};
 
-        SPI_connect();
+        connect(access);
         if (run(statements::fail, values, nulls, SPI_OK_SELECT) == 0)
-            raise_not_current("fail_job", job_id, fence);
+            raise_not_current(access, "fail_job", job_id, fence);
         Datum state = column(0, 1);
-        SPI_finish();
+        finish(access);
         return state;
     });
 }
@@ -131,19 +129,21 @@ JOBCAP_FUNCTION(jobcap_fail_job)
 JOBCAP_FUNCTION(jobcap_heartbeat)
 {
     return guard("heartbeat", [&]() -> Datum {
+        Access access = admit("heartbeat", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
         bool no_extend = false;
         Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
-        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
-                           TimestampTzGetDatum(GetCurrentTimestamp())};
-        char nulls[5] = {' ', ' ', no_extend ? 'n' : ' ', ' ', '\0'};
+        char nulls[6] = {' ', ' ', no_extend ? 'n' : ' ', ' ', ' ', '\0'};
+        Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
+                           TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[4])};
 
-        SPI_connect();
+        connect(access);
         if (run(statements::heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
-            raise_not_current("heartbeat", job_id, fence);
+            raise_not_current(access, "heartbeat", job_id, fence);
         Datum expires = column(0, 1);
-        SPI_finish();
+        finish(access);
         return expires;
     });
 }
@@ -151,14 +151,17 @@ JOBCAP_FUNCTION(jobcap_heartbeat)
 JOBCAP_FUNCTION(jobcap_assert_fence)
 {
     return guard("assert_fence", [&]() -> Datum {
+        Access access = admit("assert_fence", Duty::worker);
         int64 job_id = arg_job_id(fcinfo, 0);
         int64 fence = arg_fence(fcinfo, 1);
-        Datum values[2] = {Int64GetDatum(job_id), Int64GetDatum(fence)};
+        char nulls[4] = {' ', ' ', ' ', '\0'};
+        Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           caller_param(access, &nulls[2])};
 
-        SPI_connect();
-        if (run(statements::assert_current, values, nullptr, SPI_OK_SELECT) == 0)
-            raise_not_current("assert_fence", job_id, fence);
-        SPI_finish();
+        connect(access);
+        if (run(statements::assert_current, values, nulls, SPI_OK_SELECT) == 0)
+            raise_not_current(access, "assert_fence", job_id, fence);
+        finish(access);
         PG_RETURN_VOID();
     });
 }
@@ -166,6 +169,7 @@ JOBCAP_FUNCTION(jobcap_assert_fence)
 JOBCAP_FUNCTION(jobcap_complete_jobs)
 {
     return guard("complete_jobs", [&]() -> Datum {
+        Access access = admit("complete_jobs", Duty::worker);
         ArrayType* ids = DatumGetArrayTypeP(arg_required(fcinfo, 0, "job_ids"));
         ArrayType* fences = DatumGetArrayTypeP(arg_required(fcinfo, 1, "fences"));
         int count = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
@@ -179,17 +183,20 @@ JOBCAP_FUNCTION(jobcap_complete_jobs)
             ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                             errmsg("cannot complete %d jobs in one call", count),
                             errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
-        Datum values[3] = {PointerGetDatum(ids), PointerGetDatum(fences),
-                           TimestampTzGetDatum(GetCurrentTimestamp())};
+        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+        Datum values[4] = {PointerGetDatum(ids), PointerGetDatum(fences),
+                           TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[3])};
 
-        SPI_connect();
-        run(statements::complete_many, values, nullptr, SPI_OK_SELECT);
+        connect(access);
+        run(statements::complete_many, values, nulls, SPI_OK_SELECT);
         int32 settled = DatumGetInt32(column(0, 1));
         bool all_current = false;
         Datum stale_job = column(0, 2, &all_current);
         if (!all_current)
-            raise_not_current("complete_jobs", DatumGetInt64(stale_job), DatumGetInt64(column(0, 3)));
-        SPI_finish();
+            raise_not_current(access, "complete_jobs", DatumGetInt64(stale_job),
+                              DatumGetInt64(column(0, 3)));
+        finish(access);
         PG_RETURN_INT32(settled);
     });
 }

@@ -1,5 +1,6 @@
 // jobcap.statements(): the SQL text and parameter types of the statements jobcap prepares, so
 // that a DBA (and the plan-shape tests) can PREPARE and EXPLAIN exactly what runs.
+#include "access.hpp"
 #include "boundary.hpp"
 #include "statements.hpp"
 
@@ -29,6 +30,7 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_statements)
 {
     return guard("statements", [&]() -> Datum {
+        admit("statements", Duty::operator_);
         InitMaterializedSRF(fcinfo, 0);
         ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
         for (const Named& n : kStatements) {

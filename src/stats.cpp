@@ -14,6 +14,7 @@
 //    writes a shared row.
 #include "stats.hpp"
 
+#include "access.hpp"
 #include "args.hpp"
 #include "boundary.hpp"
 #include "jobcap.hpp"
@@ -245,6 +246,7 @@ using namespace jobcap;
 JOBCAP_FUNCTION(jobcap_queue_stats_between)
 {
     return guard("queue_stats_between", [&]() -> Datum {
+        Access access = admit("queue_stats_between", Duty::operator_);
         StatsWindow w = {};
         w.now = GetCurrentTimestamp();
         w.until = PG_ARGISNULL(1) ? w.now : PG_GETARG_TIMESTAMPTZ(1);
@@ -259,10 +261,10 @@ JOBCAP_FUNCTION(jobcap_queue_stats_between)
         InitMaterializedSRF(fcinfo, 0);
         ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        SPI_connect();
+        connect(access);
         QueueStats* stats = nullptr;
         uint64 rows = collect_stats(w, &stats);
-        SPI_finish();
+        finish(access);
         for (uint64 r = 0; r < rows; ++r) {
             const QueueStats& s = stats[r];
             Datum v[18];
@@ -298,6 +300,7 @@ JOBCAP_FUNCTION(jobcap_queue_stats_between)
 JOBCAP_FUNCTION(jobcap_refresh_stats)
 {
     return guard("refresh_stats", [&]() -> Datum {
+        Access access = admit("refresh_stats", Duty::operator_);
         int32 max_jobs = arg_count(fcinfo, 0, "max_jobs", 1000000);
         if (IsolationUsesXactSnapshot())
             ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -306,9 +309,9 @@ JOBCAP_FUNCTION(jobcap_refresh_stats)
                             errdetail("Jobs that finished after this transaction's snapshot "
                                       "would never be counted."),
                             errhint("Run jobcap.refresh_stats at READ COMMITTED.")));
-        SPI_connect();
+        connect(access);
         int64 counted = refresh_counts(max_jobs);
-        SPI_finish();
+        finish(access);
         PG_RETURN_INT64(counted < 0 ? 0 : counted);
     });
 }

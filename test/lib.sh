@@ -81,3 +81,45 @@ node_modules() {
     [ -f "$dir/node_modules/.package-lock.json" ] && { echo "npm ci failed; using the existing node_modules" >&2; return 0; }
     return 1
 }
+
+# A python3 that has psycopg (Debian's python3-psycopg): the system one when PATH leads elsewhere.
+fuzz_python() {
+    local p
+    for p in python3 /usr/bin/python3; do
+        as_tester "$p" -c 'import psycopg' 2>/dev/null && { echo "$p"; return 0; }
+    done
+    die "no python3 with psycopg (apt-get install python3-psycopg)"
+}
+
+# The system's pg_config, found before jobcap_tmp_install puts its private copy first on PATH
+# (that copy reports paths inside the private install).
+JOBCAP_SYSTEM_PG_CONFIG=$(command -v "$PG_CONFIG" 2>/dev/null || echo "$PG_CONFIG")
+
+# A copy of the sources built with SANITIZE=$2 under $BUILD/$1, installed into a private install
+# of its own (as jobcap_tmp_install does), so the ordinary build is left alone. Sets SAN_BINDIR.
+jobcap_sanitized_install() {
+    local kind=$1 flags=$2 bindir sharedir libdir pgc=$JOBCAP_SYSTEM_PG_CONFIG
+    local src=$BUILD/$kind/src dest=$BUILD/$kind/tmp_install
+    bindir=$($pgc --bindir); sharedir=$($pgc --sharedir); libdir=$($pgc --pkglibdir)
+    mkdir -p "$src"
+    # Sources only (their times kept, so an unchanged file is not rebuilt); never our objects.
+    (cd "$JOBCAP_ROOT" && tar cf - --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+        Makefile jobcap.control sql src) | (cd "$src" && tar xf -)
+    # PGXS tracks no header dependencies: rebuild everything when the flags or a header changed.
+    local stamp
+    stamp="$flags $(cat "$src"/src/*.hpp "$src"/src/core/*.hpp | md5sum)"
+    if [ "$(cat "$src/.sanitize" 2>/dev/null)" != "$stamp" ]; then
+        rm -f "$src"/src/*.o "$src"/src/core/*.o "$src"/*.so
+        echo "$stamp" > "$src/.sanitize"
+    fi
+    make -C "$src" -s SANITIZE="$flags" PG_CONFIG="$pgc" >/dev/null
+    if [ ! -x "$dest$bindir/postgres" ]; then
+        rm -rf "$dest"
+        mkdir -p "$dest$bindir" "$dest$libdir" "$dest$sharedir"
+        cp -al "$bindir/." "$dest$bindir/" 2>/dev/null || cp -a "$bindir/." "$dest$bindir/"
+        cp -as "$libdir/." "$dest$libdir/"
+        cp -as "$sharedir/." "$dest$sharedir/"
+    fi
+    make -C "$src" -s install DESTDIR="$dest" SANITIZE="$flags" PG_CONFIG="$pgc" >/dev/null
+    SAN_BINDIR=$dest$bindir
+}

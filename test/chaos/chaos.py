@@ -144,7 +144,7 @@ class Db:
             self.conn.close()
 
 
-# --- the reaper loop (until the background worker does it) --------------------------------------
+# --- the reaper loop (--reaper loop: the no-preload path) ------------------------------------------
 
 class ReaperLoop(threading.Thread):
     def __init__(self, conninfo: str, interval: float):
@@ -654,10 +654,10 @@ def main() -> int:
     p.add_argument("--node-workers", type=int)
     p.add_argument("--enqueue-seconds", type=float, help="how long enqueueing is spread over")
     p.add_argument("--max-seconds", type=float, help="the time bound of the chaos phase")
-    p.add_argument("--reaper", choices=("auto", "worker", "loop"), default="auto",
-                   help="who reaps expired leases: the preloaded background worker, or a loop "
-                        "in the harness calling jobcap.reap_jobs(); auto: the worker when this "
-                        "build has it")
+    p.add_argument("--reaper", choices=("auto", "worker", "loop"), default="worker",
+                   help="who reaps expired leases: the preloaded background worker (the "
+                        "default: a missing worker fails the run), or a loop in the harness "
+                        "calling jobcap.reap_jobs(); auto: the worker when this build has it")
     p.add_argument("--no-server-restart", dest="server_restart", action="store_false")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
