@@ -108,8 +108,18 @@ SELECT * FROM life('plain');
 SELECT count(*) AS differences FROM ((SELECT * FROM life('plain') EXCEPT SELECT * FROM life('hostile'))
                                      UNION ALL
                                      (SELECT * FROM life('hostile') EXCEPT SELECT * FROM life('plain'))) d;
-SELECT queue, pending, scheduled, running, succeeded, dead, cancelled, failed_attempts_1h, failing_jobs_1h
-  FROM jobcap.queue_stats WHERE queue IN ('plain', 'hostile') ORDER BY queue;
+-- The operator's figures, read on the hostile path (expressions here are qualified, so that
+-- only jobcap's own SQL could meet the shadows): the same numbers for both queues, and no
+-- shadow ran.
+SET search_path = regress_evil, pg_catalog, public;
+SELECT jobcap.refresh_stats() OPERATOR(pg_catalog.>) 0 AS counted;
+SELECT queue, pending, scheduled, running, succeeded, dead, cancelled, failed_attempts, failing_jobs,
+       lost_leases, crashed_jobs, new_dead
+  FROM jobcap.queue_stats WHERE queue OPERATOR(pg_catalog.=) ANY (ARRAY['plain', 'hostile']) ORDER BY queue;
+SELECT queue, failures, errors, crashes FROM jobcap.top_failing_jobs() ORDER BY queue;
+SELECT pg_catalog.length(jobcap.metrics()) OPERATOR(pg_catalog.>) 0 AS metrics;
+RESET search_path;
+SELECT count(*) AS shadows_run FROM regress_evil.calls;
 
 DROP FUNCTION life(text);
 SELECT count(*) AS dropped FROM (SELECT jobcap.drop_queue(q, force => true)
