@@ -80,6 +80,7 @@ using namespace jobcap;
 
 JOBCAP_FUNCTION(jobcap_metrics)
 {
+    (void) fcinfo;  // no arguments
     return guard("metrics", [&]() -> Datum {
         Access access = admit("metrics", Duty::operator_);
         StatsWindow w = {};
