@@ -10,7 +10,8 @@ EXTENSION  = jobcap
 EXTVERSION = 0.1.0
 MODULE_big = jobcap
 
-CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/report.cpp src/core/stats.cpp
+CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/order.cpp src/core/report.cpp \
+            src/core/stats.cpp
 PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
             src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
             src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp \

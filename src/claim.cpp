@@ -8,6 +8,7 @@
 #include "boundary.hpp"
 #include "plans.hpp"
 #include "statements.hpp"
+#include "core/order.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -23,7 +24,7 @@ namespace statements {
 // $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
 // may claim only jobs of queues granted to it.
 #define CLAIM_THE_COHORT                                                                          \
-    " claimed AS (UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"        \
+    " UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"                    \
     "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
     "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"           \
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                    \
@@ -31,10 +32,8 @@ namespace statements {
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"            \
     "    AND (j.state = 'pending' AND j.run_at <= $1"                                             \
     "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                 \
-    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap," \
-    "    j.payload, j.lease_expires_at, j.priority, j.run_at)"                                    \
-    " SELECT job_id, fence, attempts, cap, payload, lease_expires_at FROM claimed"                \
-    "  ORDER BY priority, run_at, job_id"
+    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"      \
+    "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
 // the row: it runs once, as a one-time filter before the scan.
@@ -47,7 +46,7 @@ Statement claim_batch = {
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
     "   ORDER BY j.priority, j.run_at, j.job_id"
     "   LIMIT $5"
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
     CLAIM_THE_COHORT,
     6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr, true};
 
@@ -59,7 +58,7 @@ Statement claim_one = {
     "     AND j.attempts < coalesce(j.max_attempts,"
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
     "     AND " JOBCAP_MAY_WORK("$5", "j.queue")
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
     CLAIM_THE_COHORT,
     5, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, nullptr, true};
 
@@ -78,17 +77,24 @@ void refuse_subtransaction(const char* function)
                         errhint("Claim in its own transaction and commit it before doing the work.")));
 }
 
-// Copies the claimed rows into the function's result.
+// Copies the claimed rows into the function's result, in claim order (the UPDATE returns them
+// in the order it met them; columns 7 and 8 are priority and run_at).
 void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
 {
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    for (uint64 r = 0; r < rows; ++r) {
+    core::ClaimKey* keys = static_cast<core::ClaimKey*>(palloc(sizeof(core::ClaimKey) * (rows + 1)));
+    for (uint64 r = 0; r < rows; ++r)
+        keys[r] = {DatumGetInt32(column(r, 7)), DatumGetTimestampTz(column(r, 8)),
+                   DatumGetInt64(column(r, 1)), static_cast<uint32>(r)};
+    core::sort_claim_order(keys, rows);
+    for (uint64 i = 0; i < rows; ++i) {
         Datum values[6];
         bool nulls[6] = {false, false, false, false, false, false};
         for (int c = 0; c < 6; ++c)
-            values[c] = column(r, c + 1);
+            values[c] = column(keys[i].row, c + 1);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
+    pfree(keys);
 }
 
 }  // namespace
@@ -112,7 +118,7 @@ JOBCAP_FUNCTION(jobcap_claim_job)
         Datum values[6] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
                            queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
         connect(access);
-        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
         if (rows == 0)
             check_queue(access, "claim_job", queue.datum, queue.cstr);
         return_claimed(fcinfo, rows);
@@ -147,7 +153,7 @@ JOBCAP_FUNCTION(jobcap_complete_and_claim)
         connect(access);
         if (run(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
             raise_not_current(access, "complete_and_claim", job_id, fence);
-        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_SELECT);
+        uint64 rows = run(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
         if (rows == 0)
             check_queue(access, "complete_and_claim", queue.datum, queue.cstr);
         return_claimed(fcinfo, rows);
@@ -171,7 +177,7 @@ JOBCAP_FUNCTION(jobcap_claim_job_by_id)
         Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
                            Int64GetDatum(job_id), caller_param(access, &nulls[4])};
         connect(access);
-        uint64 rows = run(statements::claim_one, values, nulls, SPI_OK_SELECT);
+        uint64 rows = run(statements::claim_one, values, nulls, SPI_OK_UPDATE_RETURNING);
         if (rows == 0)
             check_job(access, "claim_job_by_id", job_id);
         return_claimed(fcinfo, rows);
