@@ -79,6 +79,24 @@ Statement assert_current = {
 
 }  // namespace statements
 
+namespace {
+
+// Runs one fenced compare-and-swap as the tables' owner and returns its single result column
+// (passed by value: a state, a timestamp), or raises the stale-fence error when it matched no
+// row. assert_fence's statement returns no column: its result is (Datum) 0.
+Datum compare_and_swap(Access& access, Statement& s, const char* function, int64 job_id,
+                       int64 fence, Datum* values, const char* nulls, int expected)
+{
+    connect(access);
+    if (run(s, values, nulls, expected) == 0)
+        raise_not_current(access, function, job_id, fence);
+    Datum result = SPI_tuptable->tupdesc->natts > 0 ? column(0, 1) : (Datum) 0;
+    finish(access);
+    return result;
+}
+
+}  // namespace
+
 }  // namespace jobcap
 
 using namespace jobcap;
@@ -94,12 +112,8 @@ JOBCAP_FUNCTION(jobcap_complete_job)
                            TimestampTzGetDatum(GetCurrentTimestamp()),
                            caller_param(access, &nulls[3])};
 
-        connect(access);
-        if (run(statements::complete, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
-            raise_not_current(access, "complete_job", job_id, fence);
-        Datum state = column(0, 1);
-        finish(access);
-        return state;
+        return compare_and_swap(access, statements::complete, "complete_job", job_id, fence,
+                                values, nulls, SPI_OK_UPDATE_RETURNING);
     });
 }
 
@@ -117,12 +131,8 @@ JOBCAP_FUNCTION(jobcap_fail_job)
                            retry_in, TimestampTzGetDatum(GetCurrentTimestamp()),
                            caller_param(access, &nulls[5])};
 
-        connect(access);
-        if (run(statements::fail, values, nulls, SPI_OK_SELECT) == 0)
-            raise_not_current(access, "fail_job", job_id, fence);
-        Datum state = column(0, 1);
-        finish(access);
-        return state;
+        return compare_and_swap(access, statements::fail, "fail_job", job_id, fence, values, nulls,
+                                SPI_OK_SELECT);
     });
 }
 
@@ -139,12 +149,8 @@ JOBCAP_FUNCTION(jobcap_heartbeat)
                            TimestampTzGetDatum(GetCurrentTimestamp()),
                            caller_param(access, &nulls[4])};
 
-        connect(access);
-        if (run(statements::heartbeat, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
-            raise_not_current(access, "heartbeat", job_id, fence);
-        Datum expires = column(0, 1);
-        finish(access);
-        return expires;
+        return compare_and_swap(access, statements::heartbeat, "heartbeat", job_id, fence, values,
+                                nulls, SPI_OK_UPDATE_RETURNING);
     });
 }
 
@@ -158,10 +164,8 @@ JOBCAP_FUNCTION(jobcap_assert_fence)
         Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
                            caller_param(access, &nulls[2])};
 
-        connect(access);
-        if (run(statements::assert_current, values, nulls, SPI_OK_SELECT) == 0)
-            raise_not_current(access, "assert_fence", job_id, fence);
-        finish(access);
+        compare_and_swap(access, statements::assert_current, "assert_fence", job_id, fence, values,
+                         nulls, SPI_OK_SELECT);
         PG_RETURN_VOID();
     });
 }
