@@ -48,6 +48,13 @@ SELECT jobcap.complete_jobs(:'ids'::bigint[], :'fences'::bigint[]) AS completed;
 SELECT count(*) AS succeeded FROM jobcap.jobs WHERE job_id = ANY (:'ids'::bigint[]) AND state = 'succeeded';
 SELECT jobcap.complete_jobs(:'ids'::bigint[], :'fences'::bigint[]);
 SELECT jobcap.complete_jobs('{}', '{}') AS nothing;
+-- A job listed twice, once under a stale fence, is still all or nothing.
+SELECT jobcap.enqueue_job('bulk') AS twice \gset
+SELECT fence AS twice_fence FROM jobcap.claim_job('bulk', 'w') \gset
+SELECT jobcap.complete_jobs(ARRAY[:twice, :twice], ARRAY[:twice_fence - 1, :twice_fence]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT state FROM jobcap.jobs WHERE job_id = :twice;
+SELECT jobcap.complete_jobs(ARRAY[:twice, :twice], ARRAY[:twice_fence, :twice_fence]) AS completed_once;
 SELECT jobcap.complete_jobs('{1,2}', '{1}');
 SELECT jobcap.complete_jobs('{1,NULL}', '{1,2}');
 SELECT jobcap.complete_jobs(NULL, '{1}');

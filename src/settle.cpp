@@ -41,7 +41,8 @@ Statement fail = {
     true};
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
-// order) whose fence was not current, if any; the caller then raises, and nothing of the batch
+// order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
+// twice, once with a stale fence, still raises); the caller then raises, and nothing of the batch
 // commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
 // is not settled either, and raise_not_current then refuses it with 42501.
 Statement complete_many = {
@@ -51,11 +52,11 @@ Statement complete_many = {
     "     lease_expires_at = NULL"
     "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
     "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
-    "   RETURNING j.job_id)"
+    "   RETURNING j.job_id, j.fence)"
     " SELECT c.settled, m.job_id, m.fence"
     "   FROM (SELECT count(*)::int AS settled FROM settled) c"
     "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
-    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id)"
+    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
     "      ORDER BY i.n LIMIT 1) m ON true",
     4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID}, nullptr, true};
 

@@ -18,6 +18,7 @@
 #include "pg.hpp"
 
 extern "C" {
+#include "storage/lock.h"
 #include "access/xlog.h"
 #include "commands/extension.h"
 #include "pgstat.h"
@@ -57,8 +58,12 @@ constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper lo
                                            // launcher may not have committed yet)
 constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
-// The session advisory lock a reaper holds on its database: ('jobc', 'reap').
-constexpr const char* kTakeLock = "SELECT pg_catalog.pg_try_advisory_lock(1785684579, 1919246704)";
+// The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
+// objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
+// can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
+constexpr uint32 kLockKey1 = 1785684579;  // 'jobc'
+constexpr uint32 kLockKey2 = 1919246704;  // 'reap'
+constexpr uint16 kLockSubId = 3;
 
 // Retention: finished jobs older than $1 (a timestamptz cut) go, at most $2 per transaction,
 // with their error history, but never one that refresh_stats has not counted yet. Locked rows
@@ -99,7 +104,8 @@ struct Worker {
     TimestampTz next_count;     // when finished jobs may be counted again
     QueueMemory* queues;        // in TopMemoryContext
     int nqueues;
-    bool locked;                // holds the advisory lock: the one reaper of this database
+    bool locked;                // holds the reaper lock: the one reaper of this database
+    bool said_waiting;          // logged, once, that another reaper holds it
     TimestampTz started_at;
 };
 Worker w;
@@ -382,22 +388,14 @@ long cycle()
     return reap_interval_ms();
 }
 
-// Takes the database's reaper lock, in a transaction of its own; false when another reaper
-// holds it (one left behind by a launcher that restarted, leaving at its next cycle).
+// Takes the database's reaper lock (a session lock, kept until the reaper exits) without
+// waiting; false when another reaper holds it (one left behind by a launcher that restarted,
+// leaving at its next cycle).
 bool take_lock()
 {
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    SPI_connect();
-    PushActiveSnapshot(GetTransactionSnapshot());
-    int rc = SPI_execute(kTakeLock, false, 1);
-    if (rc != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "jobcap: could not take the reaper lock: %s", SPI_result_code_string(rc));
-    bool got = DatumGetBool(column(0, 1));
-    SPI_finish();
-    PopActiveSnapshot();
-    CommitTransactionCommand();
-    return got;
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kLockKey1, kLockKey2, kLockSubId);
+    return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 // The launcher that started this reaper has exited (a new one starts its own reapers).
@@ -466,8 +464,14 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
         if (now >= next_cycle) {
             MemoryContextSwitchTo(cycle_context);
             MemoryContextReset(cycle_context);
-            if (!w.locked)
+            if (!w.locked) {
                 w.locked = take_lock();
+                if (!w.locked && !w.said_waiting) {
+                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to leave database \"%s\"",
+                                         w.database)));
+                    w.said_waiting = true;
+                }
+            }
             long wait = w.locked ? cycle() : reap_interval_ms();
             last_cycle = now;
             next_cycle = now + (int64) wait * 1000;
