@@ -27,7 +27,7 @@ REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/reg
                --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
             assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
-            refresh_race
+            refresh_race stats_late_commit
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolation \
                  --temp-instance=build/installcheck/isolation/instance \
                  --temp-config=test/regress.conf --load-extension=jobcap

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "utils/array.h"
+#include "utils/backend_status.h"
 #include "utils/guc.h"
 }
 
@@ -134,13 +135,19 @@ Statement lock_progress = {
     "SELECT counted_until FROM jobcap.stats_progress FOR UPDATE SKIP LOCKED", 0, {}, nullptr};
 
 // The oldest transaction of this database that may still commit a death, a failure or a
-// completion (one that has written, or is running a statement). Autovacuum writes no jobs.
-// Sessions whose activity this role may not see (pg_stat_activity hides their state, start and
-// type) count as "may be writing" and hold the window back as far as it may go (see
-// settled_horizon).
+// completion: one that has written, or is running a statement (or a fast-path call). Its writes
+// carry times after its start. Autovacuum writes no jobs. Column 2 counts writers whose start
+// cannot be known, which hold the window back as far as it may go (see settled_horizon):
+// sessions hidden from this role, sessions with track_activities off ('disabled': no start
+// time), and prepared transactions of this database (no session; their writes may date from
+// any time before they were prepared).
 Statement oldest_writer = {
-    "SELECT min(a.xact_start) FILTER (WHERE a.backend_xid IS NOT NULL OR a.state = 'active'),"
-    "       count(*) FILTER (WHERE a.state IS NULL AND a.query = '<insufficient privilege>')"
+    "SELECT min(a.xact_start) FILTER (WHERE a.backend_xid IS NOT NULL"
+    "         OR a.state IN ('active', 'fastpath function call')),"
+    "       count(*) FILTER (WHERE (a.state IS NULL AND a.query = '<insufficient privilege>')"
+    "         OR a.state = 'disabled' OR (a.backend_xid IS NOT NULL AND a.xact_start IS NULL))"
+    "       + (SELECT count(*) FROM pg_catalog.pg_prepared_xacts p"
+    "           WHERE p.database = pg_catalog.current_database())"
     " FROM pg_catalog.pg_stat_activity a"
     " WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()"
     "   AND a.backend_type IS DISTINCT FROM 'autovacuum worker'",
@@ -159,6 +166,9 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
 {
     TimestampTz horizon = now;
     bool null = false;
+    // pg_stat_activity is read once per transaction and then served from a copy: a second
+    // look in the same transaction would see sessions as they were. Read it afresh.
+    pgstat_clear_backend_activity_snapshot();
     run(oldest_writer, nullptr, nullptr, SPI_OK_SELECT);
     Datum oldest = column(0, 1, &null);
     if (!null && DatumGetTimestampTz(oldest) < horizon)
