@@ -93,10 +93,17 @@ struct QueueMemory {
 };
 
 // The worker's state: plain data, one per process.
+// Each step of a cycle (reap, count, the two prunes) keeps its own batch size and back-off, so
+// one that fails or times out (a slow count, a prune behind a lock) delays only itself.
+struct StepState {
+    int32 batch;                // current batch size
+    int failures;               // consecutive failed attempts
+    TimestampTz resume_at;      // backing off until then
+};
+
 struct Worker {
     char database[NAMEDATALEN];
-    int32 batch;                // current batch size
-    int failures;               // consecutive failed cycles
+    StepState reaping, counting, pruning_succeeded, pruning_dead;
     bool extension_known;       // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;   // where the next report window starts
@@ -259,22 +266,23 @@ long reap_interval_ms()
     return guc_reap_interval_ms;
 }
 
-// After a failed batch: shrink the batch if it timed out, wait longer each time in a row.
-long back_off(const char* what, Outcome outcome, ErrorData* error)
+// After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
+// each time in a row; the other steps carry on.
+void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* error)
 {
-    w.failures++;
+    step.failures++;
     if (outcome == Outcome::timed_out)
-        w.batch = Max(w.batch / 2, kBatchMin);
+        step.batch = Max(step.batch / 2, kBatchMin);
     long wait = reap_interval_ms();
-    for (int i = 0; i < w.failures && wait < kBackoffMaxMs; ++i)
+    for (int i = 0; i < step.failures && wait < kBackoffMaxMs; ++i)
         wait *= 2;
     wait = Min(wait, kBackoffMaxMs);
+    step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
     ereport(LOG, (errcode(error->sqlerrcode),
                   errmsg("jobcap reaper could not %s in database \"%s\": %s", what, w.database,
                          error->message),
-                  errdetail("Retrying in %ld ms with batches of %d jobs.", wait, w.batch)));
+                  errdetail("Retrying in %ld ms with batches of %d jobs.", wait, step.batch)));
     FreeErrorData(error);
-    return wait;
 }
 
 long extension_absent()
@@ -311,62 +319,64 @@ void extension_found()
     w.next_report = w.window_start + (int64) guc_report_interval_s * USECS_PER_SEC;
 }
 
-// Runs step in batches until a batch comes back short or the cycle's budget is spent; `verb`
-// and `noun` say what a batch did, in a DEBUG1 line per batch. Returns -1 when all went well,
-// else the time to wait before the next cycle.
-long in_batches(const char* what, const char* verb, const char* noun, const char* activity,
-                Step step)
+// Runs step in batches until a batch comes back short or the cycle's budget is spent, unless
+// the step is backing off; `verb` and `noun` say what a batch did, in a DEBUG1 line per batch.
+// Returns false when the extension is not installed (the caller stops the cycle).
+bool in_batches(StepState& state, const char* what, const char* verb, const char* noun,
+                const char* activity, Step step)
 {
+    if (GetCurrentTimestamp() < state.resume_at)
+        return true;
     for (int i = 0; i < kBatchesPerCycle; ++i) {
         uint64 rows = 0;
         ErrorData* error = nullptr;
-        Outcome outcome = in_transaction(activity, step, w.batch, &rows, &error);
+        Outcome outcome = in_transaction(activity, step, state.batch, &rows, &error);
         if (outcome == Outcome::absent)
-            return extension_absent();
-        if (outcome != Outcome::done)
-            return back_off(what, outcome, error);
+            return false;
+        if (outcome != Outcome::done) {
+            back_off(state, what, outcome, error);
+            return true;
+        }
         extension_found();
         if (rows > 0)
             ereport(DEBUG1, (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)",
-                                    verb, (unsigned long long) rows, noun, w.database, w.batch)));
-        if (rows < (uint64) w.batch)
+                                    verb, (unsigned long long) rows, noun, w.database,
+                                    state.batch)));
+        if (rows < (uint64) state.batch)
             break;
         CHECK_FOR_INTERRUPTS();
     }
-    return -1;
+    state.failures = 0;
+    state.batch = Min(state.batch * 2, kBatchMax);
+    return true;
 }
 
-// One cycle: reap, prune, maybe report. Returns how long to wait before the next.
+// One cycle: reap, count, prune, maybe report, each step backing off on its own. Returns how
+// long to wait before the next.
 long cycle()
 {
     if (RecoveryInProgress())
         return reap_interval_ms();
 
-    long wait =
-        in_batches("reap jobs", "reaped", "jobs", "jobcap: reaping expired leases", reap_step);
-    if (wait >= 0)
-        return wait;
+    if (!in_batches(w.reaping, "reap jobs", "reaped", "jobs", "jobcap: reaping expired leases",
+                    reap_step))
+        return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
     if (started >= w.next_count) {
-        wait = in_batches("count finished jobs", "counted", "finished jobs",
-                          "jobcap: counting finished jobs", count_step);
-        if (wait >= 0)
-            return wait;
+        if (!in_batches(w.counting, "count finished jobs", "counted", "finished jobs",
+                        "jobcap: counting finished jobs", count_step))
+            return extension_absent();
         w.next_count = started + kCountEveryUs;
     }
-    if (guc_succeeded_retention_s > 0) {
-        wait = in_batches("prune succeeded jobs", "pruned", "succeeded jobs",
-                          "jobcap: pruning succeeded jobs", prune_succeeded_step);
-        if (wait >= 0)
-            return wait;
-    }
-    if (guc_dead_retention_s > 0) {
-        wait = in_batches("prune dead jobs", "pruned", "dead or cancelled jobs",
-                          "jobcap: pruning dead and cancelled jobs", prune_dead_step);
-        if (wait >= 0)
-            return wait;
-    }
+    if (guc_succeeded_retention_s > 0 &&
+        !in_batches(w.pruning_succeeded, "prune succeeded jobs", "pruned", "succeeded jobs",
+                    "jobcap: pruning succeeded jobs", prune_succeeded_step))
+        return extension_absent();
+    if (guc_dead_retention_s > 0 &&
+        !in_batches(w.pruning_dead, "prune dead jobs", "pruned", "dead or cancelled jobs",
+                    "jobcap: pruning dead and cancelled jobs", prune_dead_step))
+        return extension_absent();
 
     TimestampTz now = GetCurrentTimestamp();
     TimestampTz interval = (int64) guc_report_interval_s * USECS_PER_SEC;
@@ -378,13 +388,18 @@ long cycle()
         Outcome outcome = in_transaction("jobcap: reporting", report_step, 0, &rows, &error);
         if (outcome == Outcome::absent)
             return extension_absent();
-        if (outcome != Outcome::done)
-            return back_off("report", outcome, error);
+        // A report that fails waits for the next report_interval (its window then covers both);
+        // reaping, counting and pruning do not wait for it.
+        if (outcome != Outcome::done) {
+            ereport(LOG, (errcode(error->sqlerrcode),
+                          errmsg("jobcap reaper could not report in database \"%s\": %s",
+                                 w.database, error->message),
+                          errdetail("The next report, in %d s, covers this window too.",
+                                    guc_report_interval_s)));
+            FreeErrorData(error);
+        }
         w.next_report = now + interval;
     }
-
-    w.failures = 0;
-    w.batch = Min(w.batch * 2, kBatchMax);
     return reap_interval_ms();
 }
 
@@ -417,7 +432,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     BackgroundWorkerUnblockSignals();
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
-    w.batch = kBatchMax;
+    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = StepState{kBatchMax, 0, 0};
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
