@@ -115,6 +115,7 @@ RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     plan jsonb;
     lock jsonb;
+    scan jsonb;
     others text;
 BEGIN
     PERFORM set_config('plan_cache_mode', mode, true);
@@ -136,16 +137,21 @@ BEGIN
        FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
     SELECT n INTO lock FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n
      LIMIT 1;
+    -- The scan under LockRows, through any gating Result (jobcap's caller check is a one-time
+    -- filter the planner puts above the scan).
+    scan := lock->'Plans'->0;
+    WHILE scan->>'Node Type' = 'Result' AND scan ? 'Plans' LOOP
+        scan := scan->'Plans'->0;
+    END LOOP;
     SELECT string_agg(DISTINCT (n->>'Node Type') || ' on '
                       || coalesce(n->>'Relation Name', n->>'Index Name'), ', ')
       INTO others
       FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" like_regex "Seq Scan|Bitmap")') n
      WHERE n->>'Relation Name' = 'jobs' OR n->>'Index Name' LIKE 'jobs%';
     RETURN format('%s using %s: loops %s rows %s buffers %s%s',
-                  lock->'Plans'->0->>'Node Type', coalesce(lock->'Plans'->0->>'Index Name', '-'),
-                  lock->'Plans'->0->>'Actual Loops', lock->'Plans'->0->>'Actual Rows',
-                  (lock->'Plans'->0->>'Shared Hit Blocks')::bigint
-                    + (lock->'Plans'->0->>'Shared Read Blocks')::bigint,
+                  scan->>'Node Type', coalesce(scan->>'Index Name', '-'),
+                  scan->>'Actual Loops', scan->>'Actual Rows',
+                  (scan->>'Shared Hit Blocks')::bigint + (scan->>'Shared Read Blocks')::bigint,
                   coalesce('; ALSO ' || others, ''));
 END $$;
 
@@ -198,7 +204,7 @@ BEGIN
     BEGIN
         job := '{}';
         fence := '{}';
-        FOR c IN EXECUTE $q$EXECUTE bench_probe_claim_job(clock_timestamp(), 'probe', NULL, 'bench', 20)$q$ LOOP
+        FOR c IN EXECUTE $q$EXECUTE bench_probe_claim_job(clock_timestamp(), 'probe', NULL, 'bench', 20, NULL)$q$ LOOP
             job := job || c.job_id;
             fence := fence || c.fence;
         END LOOP;
@@ -206,11 +212,11 @@ BEGIN
             result := result || 'complete_job: not probed (fewer than 20 pending jobs)'::text;
         ELSE
             FOR i IN 1..10 LOOP
-                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp())', job[i], fence[i]);
+                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL)', job[i], fence[i]);
             END LOOP;
             SELECT count(*) INTO running FROM jobcap.jobs WHERE state = 'running';
             EXECUTE format('EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                           'EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp())', job[20], fence[20]) INTO plan;
+                           'EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL)', job[20], fence[20]) INTO plan;
             scan := plan->0->'Plan'->'Plans'->0;
             result := result || format('complete_job with %s jobs running: %s using %s, %s, %s rows read and filtered out, %s buffers',
                 running, scan->>'Node Type', coalesce(scan->>'Index Name', '-'),
