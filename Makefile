@@ -21,7 +21,7 @@ OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
 DATA = $(wildcard sql/jobcap--*.sql)
 
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
-          stats stats_scale no_preload privileges hijack hostile_input install
+          stats stats_scale no_preload privileges hijack hostile_input install hot
 # pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
 REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
                --load-extension=jobcap
