@@ -63,7 +63,7 @@ all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit bench bench-quick sanitize
+.PHONY: test demo unit bench bench-quick bench-profile sanitize
 test:
 	test/run
 sanitize:
@@ -74,6 +74,8 @@ bench:
 	test/bench/run
 bench-quick:
 	test/bench/run --quick
+bench-profile:
+	test/bench/profile
 unit:
 	test/run unit
 
