@@ -1,83 +1,96 @@
-# jobcap: built with PGXS against the server headers of the pg_config on PATH (PostgreSQL 15).
+# jobcap, built with PGXS against the server headers of the pg_config on PATH (or PG_CONFIG=...).
 #   make / make install        build and install into that PostgreSQL
-#   make installcheck          pg_regress suites against a throwaway instance (--temp-instance)
-#   make test                  everything: unit tests, regress, isolation, TAP, clients, chaos --short (test/run)
+#   make installcheck          pg_regress, isolation and TAP suites on throwaway instances
+#   make test                  everything: unit, installcheck, clients, chaos, fuzz, sanitizers
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
-#   make bench                 jobcap beside a hand-written queue, pgbench, one table (~50 min;
-#                              not part of make test); make bench-quick is a short smoke run
+#   make bench                 jobcap beside a hand-written queue (pgbench; ~50 min, not in test)
+#   make format                clang-format every C++ source (make format-check: check only)
 
 EXTENSION  = jobcap
-EXTVERSION = 0.1.0
 MODULE_big = jobcap
 
-CORE_SRCS = src/core/backoff.cpp src/core/rules.cpp src/core/order.cpp src/core/report.cpp \
-            src/core/stats.cpp
-PG_SRCS   = src/jobcap.cpp src/plans.cpp src/args.cpp src/errors.cpp src/backoff.cpp \
-            src/queues.cpp src/enqueue.cpp src/claim.cpp src/settle.cpp src/reap.cpp \
-            src/manage.cpp src/statements.cpp src/worker.cpp src/launcher.cpp \
-            src/access.cpp src/grants.cpp src/stats.cpp src/metrics.cpp src/deadletter.cpp
-OBJS = $(PG_SRCS:.cpp=.o) $(CORE_SRCS:.cpp=.o)
+# The one list of sources: every .cpp under src/. The tiers are directories:
+#   src/            the front door (module magic, GUCs) and the C++/ereport boundary
+#   src/functions/  SQL-callable functions, one file per family
+#   src/background/ the launcher and the per-database reaper
+#   src/spi/        statements prepared once, argument readers, access checks, errors
+#   src/core/       pure C++ without PostgreSQL headers (CMakeLists.txt builds it for CTest)
+SRCS = $(sort $(wildcard $(srcdir)/src/*.cpp $(srcdir)/src/*/*.cpp))
+OBJS = $(patsubst $(srcdir)/%.cpp,%.o,$(SRCS))
 
-DATA = $(wildcard sql/jobcap--*.sql)
+DATA = $(wildcard $(srcdir)/sql/jobcap--*.sql)
 
+# Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
+# test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
           stats stats_scale no_preload privileges hijack hostile_input install hot
-# pg_regress inputs are sql/<test>.sql, expected outputs expected/<test>.out.
-REGRESS_OPTS = --temp-instance=build/installcheck/regress --temp-config=test/regress.conf \
-               --load-extension=jobcap
+REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
+               --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
             assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
             refresh_race stats_late_commit
-ISOLATION_OPTS = --inputdir=test/isolation --outputdir=build/installcheck/isolation \
-                 --temp-instance=build/installcheck/isolation/instance \
-                 --temp-config=test/regress.conf --load-extension=jobcap
+ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
+                 --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+EXTRA_CLEAN = $(OBJS:.o=.d) results output_iso tmp_check tmp_check_regress tmp_check_iso_instance \
+              regression.diffs regression.out build
 
 PG_CONFIG ?= pg_config
 
 # SANITIZE=undefined (or address,undefined): instrument jobcap with gcc's sanitizers; every
 # finding aborts the backend. -fno-wrapv undoes PostgreSQL's -fwrapv for jobcap's own code, so
-# that a signed overflow there is a finding too. `make sanitize` builds a copy that way and runs the regress and
-# isolation suites and a short fuzz against it (test/run ubsan asan; see test/lib.sh).
+# that a signed overflow there is a finding too (make sanitize; see test/lib.sh).
 ifdef SANITIZE
 SANITIZE_FLAGS = -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer -g -fno-wrapv
 endif
 
-# C++17 with every warning an error. The server headers are system headers (-isystem) so their
-# C idioms do not count against us.
+# C++17 with every warning an error. -MMD -MP writes each object's header dependencies beside it
+# (src/x.d), included below, so a changed header rebuilds every object that includes it.
+PG_CPPFLAGS = -I$(srcdir)/src
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers \
-              -fno-omit-frame-pointer $(SANITIZE_FLAGS)
+              -fno-omit-frame-pointer -MMD -MP $(SANITIZE_FLAGS)
 SHLIB_LINK += -lstdc++ $(SANITIZE_FLAGS)
 
-# Debian's PGXS wants LLVM bitcode for JIT inlining of every object. jobcap's functions are
-# called, not inlined into plans, so we build no bitcode and need no clang. (Set before the
-# include: pgxs.mk decides its targets as it is read.)
+# Debian's PGXS wants LLVM bitcode (built with clang) of every object for JIT inlining. jobcap's
+# functions are called, never inlined into plans: no bitcode, no clang. Set before the include,
+# which decides its targets as it is read.
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+# Server headers are system headers: their C idioms do not count against -Werror.
 override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
+# JobcapTest.pm sits beside the TAP tests.
+PG_PROVE_FLAGS += -I $(srcdir)/test/t
+-include $(OBJS:.o=.d)
 else
-# No server headers yet: `make test` and `make demo` install them (as root) before building.
 all install installcheck:
-	@echo "PostgreSQL 15 server headers not found: apt-get install postgresql-server-dev-15"; exit 1
+	@echo "PostgreSQL server headers not found for '$(PG_CONFIG)': apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit bench bench-quick bench-profile sanitize
+.PHONY: test demo unit bench bench-quick bench-profile sanitize format format-check
 test:
 	test/run
 sanitize:
 	test/run ubsan asan
+unit:
+	test/run unit
 demo:
 	test/demo
 bench:
-	test/bench/run
+	bench/run
 bench-quick:
-	test/bench/run --quick
+	bench/run --quick
 bench-profile:
-	test/bench/profile
-unit:
-	test/run unit
+	bench/profile
+
+CXX_FILES = $(SRCS) $(wildcard $(srcdir)/src/*.hpp $(srcdir)/src/*/*.hpp $(srcdir)/test/unit/*.cpp)
+format:
+	clang-format -i $(CXX_FILES)
+format-check:
+	clang-format --dry-run --Werror $(CXX_FILES)
 
 # test/run reads the suite lists from here: make -s print-REGRESS
 print-%:

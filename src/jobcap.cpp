@@ -2,7 +2,7 @@
 #include "pg.hpp"
 
 #include "jobcap.hpp"
-#include "stats.hpp"
+#include "functions/stats.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;

@@ -103,14 +103,12 @@ jobcap_sanitized_install() {
     bindir=$($pgc --bindir); sharedir=$($pgc --sharedir); libdir=$($pgc --pkglibdir)
     mkdir -p "$src"
     # Sources only (their times kept, so an unchanged file is not rebuilt); never our objects.
-    (cd "$JOBCAP_ROOT" && tar cf - --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+    (cd "$JOBCAP_ROOT" && tar cf - --exclude='*.o' --exclude='*.d' --exclude='*.so' --exclude='*.bc' \
         Makefile jobcap.control sql src) | (cd "$src" && tar xf -)
-    # PGXS tracks no header dependencies: rebuild everything when the flags or a header changed.
-    local stamp
-    stamp="$flags $(cat "$src"/src/*.hpp "$src"/src/core/*.hpp | md5sum)"
-    if [ "$(cat "$src/.sanitize" 2>/dev/null)" != "$stamp" ]; then
-        rm -f "$src"/src/*.o "$src"/src/core/*.o "$src"/*.so
-        echo "$stamp" > "$src/.sanitize"
+    # Header dependencies are tracked (-MMD); a change of flags rebuilds everything.
+    if [ "$(cat "$src/.sanitize" 2>/dev/null)" != "$flags" ]; then
+        rm -f "$src"/src/*.o "$src"/src/*/*.o "$src"/*.so
+        echo "$flags" > "$src/.sanitize"
     fi
     make -C "$src" -s SANITIZE="$flags" PG_CONFIG="$pgc" >/dev/null
     if [ ! -x "$dest$bindir/postgres" ]; then

@@ -1,0 +1,501 @@
+// The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
+// started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
+// as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
+// (refresh_stats, src/stats.cpp; at most once a second), prunes finished jobs past their
+// retention once they are counted, and every jobcap.report_interval logs one line per queue
+// that got worse, from the same figures as jobcap.queue_stats (collect_stats).
+//
+// Shaped like PostgreSQL's src/test/modules/worker_spi: signal handlers only set flags and the
+// latch; each batch is its own short transaction (statement start timestamp, transaction, SPI,
+// snapshot, activity report, and the reverse), so no snapshot outlives a batch. SPI in a
+// background worker arms no statement_timeout, so each batch arms its own; lock_timeout is set
+// for the session. A batch that times out is rolled back, the batch shrinks and the worker backs
+// off; any other error is logged and retried the same way, never crash-looped.
+//
+// Like every frame that calls PostgreSQL, this file holds plain data only (src/boundary.hpp):
+// ereport is a longjmp. Nothing here can throw a C++ exception: the one pure-C++ call, the report
+// wording (src/core/report.cpp), only formats into a caller's buffer.
+#include "pg.hpp"
+
+extern "C" {
+#include "storage/lock.h"
+#include "access/xlog.h"
+#include "commands/extension.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/varlena.h"
+}
+
+#include "core/report.hpp"
+#include "core/rules.hpp"
+#include "jobcap.hpp"
+#include "spi/plans.hpp"
+#include "functions/reap.hpp"
+#include "functions/stats.hpp"
+
+extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
+
+namespace jobcap {
+namespace {
+
+// Fixed limits (documented in docs/worker.md).
+constexpr int32 kBatchMax = 1000;          // jobs per reap or prune transaction
+constexpr int32 kBatchMin = 10;            // ... after shrinking on timeouts
+constexpr int kBatchesPerCycle = 50;       // a cycle stops after this many full batches
+constexpr int kStatementTimeoutMs = 10000; // per batch
+constexpr const char* kLockTimeout = "1s"; // per lock wait, for the whole session
+constexpr long kBackoffMaxMs = 60000;      // longest wait after repeated failures
+constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper looks for the
+                                           // extension (a CREATE EXTENSION that woke the
+                                           // launcher may not have committed yet)
+constexpr long kAbsentPollMs = 100;
+constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
+// The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
+// objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
+// can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
+constexpr uint32 kLockKey1 = 1785684579;  // 'jobc'
+constexpr uint32 kLockKey2 = 1919246704;  // 'reap'
+constexpr uint16 kLockSubId = 3;
+
+// Retention: finished jobs older than $1 (a timestamptz cut) go, at most $2 per transaction,
+// with their error history, but never one that refresh_stats has not counted yet. Locked rows
+// are skipped (a requeue in flight wins); the DELETE repeats the guard. The jobs_finished index
+// serves the scan.
+#define PRUNE(STATES)                                                                             \
+    "WITH doomed AS MATERIALIZED ("                                                               \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
+    "   WHERE j.state IN (" STATES ")"                                                            \
+    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"   \
+    "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                   \
+    " gone AS (DELETE FROM jobcap.jobs j"                                                         \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                  \
+    "     AND j.state IN (" STATES ") AND j.finished_at < $1"                                     \
+    "   RETURNING j.job_id),"                                                                     \
+    " history_gone AS (DELETE FROM jobcap.job_errors e"                                           \
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                   \
+    " SELECT count(*) FROM gone"
+
+Statement prune_succeeded = {PRUNE("'succeeded'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
+Statement prune_dead = {PRUNE("'dead', 'cancelled'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
+
+// What the worker remembers of a queue between reports: its due backlog.
+struct QueueMemory {
+    char queue[core::kMaxQueueName + 1];
+    int64 due;
+};
+
+// The worker's state: plain data, one per process.
+// Each step of a cycle (reap, count, the two prunes) keeps its own batch size and back-off, so
+// one that fails or times out (a slow count, a prune behind a lock) delays only itself.
+struct StepState {
+    int32 batch;                // current batch size
+    int failures;               // consecutive failed attempts
+    TimestampTz resume_at;      // backing off until then
+};
+
+struct Worker {
+    char database[NAMEDATALEN];
+    StepState reaping, counting, pruning_succeeded, pruning_dead;
+    bool extension_known;       // has the worker looked yet?
+    bool extension_present;
+    TimestampTz window_start;   // where the next report window starts
+    TimestampTz next_report;
+    TimestampTz next_count;     // when finished jobs may be counted again
+    QueueMemory* queues;        // in TopMemoryContext
+    int nqueues;
+    bool locked;                // holds the reaper lock: the one reaper of this database
+    bool said_waiting;          // logged, once, that another reaper holds it
+    TimestampTz started_at;
+};
+Worker w;
+
+enum class Outcome { done, absent, timed_out, failed };
+
+typedef uint64 (*Step)(int32 batch);
+
+// Runs step(batch) in its own transaction with its own statement start time, snapshot and
+// statement timeout. Never raises ERROR: a failure is rolled back and returned, with its error
+// copied into *error (in the caller's memory context) for the caller to log.
+Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* rows,
+                       ErrorData** error)
+{
+    MemoryContext caller = CurrentMemoryContext;
+    uint32 holdoff = InterruptHoldoffCount;
+    volatile Outcome outcome = Outcome::done;
+    volatile uint64 result = 0;
+
+    *error = nullptr;
+    // Each batch is a statement of its own: its start time (xact_start in pg_stat_activity,
+    // the prune cut-off) is now, not when the worker started.
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PG_TRY();
+    {
+        SPI_connect();
+        PushActiveSnapshot(GetTransactionSnapshot());
+        pgstat_report_activity(STATE_RUNNING, activity);
+        if (!OidIsValid(get_extension_oid("jobcap", true))) {
+            outcome = Outcome::absent;
+        } else {
+            enable_timeout_after(STATEMENT_TIMEOUT, kStatementTimeoutMs);
+            result = step(batch);
+            disable_timeout(STATEMENT_TIMEOUT, false);
+        }
+        SPI_finish();
+        PopActiveSnapshot();
+        CommitTransactionCommand();
+    }
+    PG_CATCH();
+    {
+        disable_timeout(STATEMENT_TIMEOUT, false);
+        MemoryContextSwitchTo(caller);
+        ErrorData* e = CopyErrorData();
+        FlushErrorState();
+        AbortCurrentTransaction();
+        InterruptHoldoffCount = holdoff;
+        *error = e;
+        outcome = (e->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+                   e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+                      ? Outcome::timed_out
+                      : Outcome::failed;
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(caller);
+    pgstat_report_stat(false);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    *rows = result;
+    return outcome;
+}
+
+uint64 reap_step(int32 batch)
+{
+    return reap(batch);
+}
+
+uint64 prune_step(Statement& statement, int retention_s, int32 batch)
+{
+    TimestampTz cut = GetCurrentStatementStartTimestamp() - (int64) retention_s * USECS_PER_SEC;
+    Datum values[2] = {TimestampTzGetDatum(cut), Int32GetDatum(batch)};
+    run(statement, values, nullptr, SPI_OK_SELECT);
+    return (uint64) DatumGetInt64(column(0, 1));
+}
+
+uint64 prune_succeeded_step(int32 batch)
+{
+    return prune_step(prune_succeeded, guc_succeeded_retention_s, batch);
+}
+
+uint64 prune_dead_step(int32 batch)
+{
+    return prune_step(prune_dead, guc_dead_retention_s, batch);
+}
+
+int64 due_before(const char* queue)
+{
+    for (int i = 0; i < w.nqueues; ++i)
+        if (strcmp(w.queues[i].queue, queue) == 0)
+            return w.queues[i].due;
+    return -1;
+}
+
+// Counts finished jobs: the same call as jobcap.refresh_stats(). Another counter at work
+// (a scheduled refresh_stats) makes it a short batch: nothing to do now.
+uint64 count_step(int32 batch)
+{
+    int64 counted = refresh_counts(batch);
+    return counted < 0 ? 0 : (uint64) counted;
+}
+
+// One report: a line per queue that got worse over (window_start, horizon]. The window ends
+// where no transaction still running can write into it (settled_horizon), so a slow
+// transaction's deaths are counted by the next report, never lost or counted twice.
+uint64 report_step(int32)
+{
+    StatsWindow sw = {};
+    sw.now = GetCurrentStatementStartTimestamp();
+    sw.since = w.window_start;
+    sw.until = settled_horizon(sw.now, w.window_start);
+    QueueStats* stats = nullptr;
+    uint64 rows = collect_stats(sw, &stats);
+
+    QueueMemory* seen = static_cast<QueueMemory*>(palloc0(sizeof(QueueMemory) * (rows + 1)));
+    for (uint64 r = 0; r < rows; ++r) {
+        const QueueStats& s = stats[r];
+        core::QueueWindow qw;
+        qw.new_dead = s.new_dead;
+        qw.dead = s.dead;
+        qw.lease_jobs = s.crashed_jobs;
+        qw.lease_attempts = s.lost_leases;
+        qw.failing_jobs = s.failing_jobs;
+        qw.failed_attempts = s.failed_attempts;
+        qw.due = s.pending;
+        qw.due_before = due_before(s.queue);
+        qw.oldest_due_sec = s.has_oldest ? (int64) s.oldest_pending_sec : 0;
+        qw.window_sec = guc_report_interval_s;
+
+        char line[512];
+        if (core::report_line(qw, line, sizeof line))
+            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue,
+                                 w.database, line)));
+        strlcpy(seen[r].queue, s.queue, sizeof seen[r].queue);
+        seen[r].due = qw.due;
+    }
+
+    // Nothing below can fail: swap in what this report saw.
+    QueueMemory* kept = static_cast<QueueMemory*>(
+        MemoryContextAlloc(TopMemoryContext, sizeof(QueueMemory) * (rows + 1)));
+    memcpy(kept, seen, sizeof(QueueMemory) * (rows + 1));
+    if (w.queues != nullptr)
+        pfree(w.queues);
+    w.queues = kept;
+    w.nqueues = (int) rows;
+    w.window_start = sw.until;
+    return rows;
+}
+
+long reap_interval_ms()
+{
+    return guc_reap_interval_ms;
+}
+
+// After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
+// each time in a row; the other steps carry on.
+void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* error)
+{
+    step.failures++;
+    if (outcome == Outcome::timed_out)
+        step.batch = Max(step.batch / 2, kBatchMin);
+    long wait = reap_interval_ms();
+    for (int i = 0; i < step.failures && wait < kBackoffMaxMs; ++i)
+        wait *= 2;
+    wait = Min(wait, kBackoffMaxMs);
+    step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
+    ereport(LOG, (errcode(error->sqlerrcode),
+                  errmsg("jobcap reaper could not %s in database \"%s\": %s", what, w.database,
+                         error->message),
+                  errdetail("Retrying in %ld ms with batches of %d jobs.", wait, step.batch)));
+    FreeErrorData(error);
+}
+
+long extension_absent()
+{
+    // With '*' a database without jobcap keeps no process: the launcher looks again later. (The
+    // launcher takes a reaper that stops this soon for one that found nothing to do.)
+    if (all_databases()) {
+        if (!w.extension_known &&
+            GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
+            return kAbsentPollMs;
+        ereport(DEBUG1, (errmsg("jobcap reaper leaves database \"%s\": no extension \"jobcap\"",
+                                w.database)));
+        proc_exit(0);
+    }
+    if (!w.extension_known || w.extension_present)
+        ereport(LOG, (errmsg("jobcap reaper is waiting for extension \"jobcap\" in database \"%s\"",
+                             w.database),
+                      errhint("Run CREATE EXTENSION jobcap in database \"%s\"; the worker checks "
+                              "again every jobcap.reap_interval.",
+                              w.database)));
+    w.extension_known = true;
+    w.extension_present = false;
+    return reap_interval_ms();
+}
+
+void extension_found()
+{
+    if (w.extension_known && w.extension_present)
+        return;
+    ereport(LOG, (errmsg("jobcap reaper is serving database \"%s\"", w.database)));
+    w.extension_known = true;
+    w.extension_present = true;
+    w.window_start = GetCurrentTimestamp();
+    w.next_report = w.window_start + (int64) guc_report_interval_s * USECS_PER_SEC;
+}
+
+// Runs step in batches until a batch comes back short or the cycle's budget is spent, unless
+// the step is backing off; `verb` and `noun` say what a batch did, in a DEBUG1 line per batch.
+// Returns false when the extension is not installed (the caller stops the cycle).
+bool in_batches(StepState& state, const char* what, const char* verb, const char* noun,
+                const char* activity, Step step)
+{
+    if (GetCurrentTimestamp() < state.resume_at)
+        return true;
+    for (int i = 0; i < kBatchesPerCycle; ++i) {
+        uint64 rows = 0;
+        ErrorData* error = nullptr;
+        Outcome outcome = in_transaction(activity, step, state.batch, &rows, &error);
+        if (outcome == Outcome::absent)
+            return false;
+        if (outcome != Outcome::done) {
+            back_off(state, what, outcome, error);
+            return true;
+        }
+        extension_found();
+        if (rows > 0)
+            ereport(DEBUG1, (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)",
+                                    verb, (unsigned long long) rows, noun, w.database,
+                                    state.batch)));
+        if (rows < (uint64) state.batch)
+            break;
+        CHECK_FOR_INTERRUPTS();
+    }
+    state.failures = 0;
+    state.batch = Min(state.batch * 2, kBatchMax);
+    return true;
+}
+
+// One cycle: reap, count, prune, maybe report, each step backing off on its own. Returns how
+// long to wait before the next.
+long cycle()
+{
+    if (RecoveryInProgress())
+        return reap_interval_ms();
+
+    if (!in_batches(w.reaping, "reap jobs", "reaped", "jobs", "jobcap: reaping expired leases",
+                    reap_step))
+        return extension_absent();
+    // Counting comes before pruning: retention deletes only jobs already counted.
+    TimestampTz started = GetCurrentTimestamp();
+    if (started >= w.next_count) {
+        if (!in_batches(w.counting, "count finished jobs", "counted", "finished jobs",
+                        "jobcap: counting finished jobs", count_step))
+            return extension_absent();
+        w.next_count = started + kCountEveryUs;
+    }
+    if (guc_succeeded_retention_s > 0 &&
+        !in_batches(w.pruning_succeeded, "prune succeeded jobs", "pruned", "succeeded jobs",
+                    "jobcap: pruning succeeded jobs", prune_succeeded_step))
+        return extension_absent();
+    if (guc_dead_retention_s > 0 &&
+        !in_batches(w.pruning_dead, "prune dead jobs", "pruned", "dead or cancelled jobs",
+                    "jobcap: pruning dead and cancelled jobs", prune_dead_step))
+        return extension_absent();
+
+    TimestampTz now = GetCurrentTimestamp();
+    TimestampTz interval = (int64) guc_report_interval_s * USECS_PER_SEC;
+    if (w.next_report > now + interval)  // report_interval was lowered
+        w.next_report = now + interval;
+    if (now >= w.next_report) {
+        uint64 rows = 0;
+        ErrorData* error = nullptr;
+        Outcome outcome = in_transaction("jobcap: reporting", report_step, 0, &rows, &error);
+        if (outcome == Outcome::absent)
+            return extension_absent();
+        // A report that fails waits for the next report_interval (its window then covers both);
+        // reaping, counting and pruning do not wait for it.
+        if (outcome != Outcome::done) {
+            ereport(LOG, (errcode(error->sqlerrcode),
+                          errmsg("jobcap reaper could not report in database \"%s\": %s",
+                                 w.database, error->message),
+                          errdetail("The next report, in %d s, covers this window too.",
+                                    guc_report_interval_s)));
+            FreeErrorData(error);
+        }
+        w.next_report = now + interval;
+    }
+    return reap_interval_ms();
+}
+
+// Takes the database's reaper lock (a session lock, kept until the reaper exits) without
+// waiting; false when another reaper holds it (one left behind by a launcher that restarted,
+// leaving at its next cycle).
+bool take_lock()
+{
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kLockKey1, kLockKey2, kLockSubId);
+    return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+// The launcher that started this reaper has exited (a new one starts its own reapers).
+bool launcher_gone()
+{
+    pid_t launcher = MyBgworkerEntry->bgw_notify_pid;
+    return launcher != 0 && kill(launcher, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+}  // namespace jobcap
+
+using namespace jobcap;
+
+extern "C" void jobcap_reaper_main(Datum main_arg)
+{
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+
+    strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
+    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = StepState{kBatchMax, 0, 0};
+    w.started_at = GetCurrentTimestamp();
+    BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+
+    // The same search path as every jobcap SQL function; waits for locks are bounded; the
+    // reaper's SKIP LOCKED statements are written for READ COMMITTED, whatever the server's
+    // default, and they write.
+    SetConfigOption("search_path", "pg_catalog, jobcap, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("lock_timeout", kLockTimeout, PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("application_name", "jobcap reaper", PGC_USERSET, PGC_S_OVERRIDE);
+    ereport(DEBUG1, (errmsg("jobcap reaper started for database \"%s\"", w.database)));
+
+    MemoryContext cycle_context =
+        AllocSetContextCreate(TopMemoryContext, "jobcap reaper cycle", ALLOCSET_DEFAULT_SIZES);
+    // The latch is also set by things that are not a reason to reap (sinval catch-up, the
+    // launcher's notices): cycles follow the clock, not the wake-ups.
+    TimestampTz last_cycle = 0;
+    TimestampTz next_cycle = 0;
+    for (;;) {
+        // A cancel that arrives between batches has nothing to cancel.
+        QueryCancelPending = false;
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+            if (!database_wanted(w.database)) {
+                ereport(LOG, (errmsg("jobcap reaper leaves database \"%s\": jobcap.database no "
+                                     "longer selects it",
+                                     w.database)));
+                proc_exit(0);
+            }
+            // A shorter reap_interval applies from the last cycle on.
+            next_cycle = Min(next_cycle, last_cycle + (int64) reap_interval_ms() * 1000);
+        }
+        if (launcher_gone()) {
+            ereport(LOG, (errmsg("jobcap reaper leaves database \"%s\": its launcher is gone",
+                                 w.database),
+                          errdetail("The new launcher starts a reaper of its own.")));
+            proc_exit(0);
+        }
+
+        TimestampTz now = GetCurrentTimestamp();
+        if (now >= next_cycle) {
+            MemoryContextSwitchTo(cycle_context);
+            MemoryContextReset(cycle_context);
+            if (!w.locked) {
+                w.locked = take_lock();
+                if (!w.locked && !w.said_waiting) {
+                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to leave database \"%s\"",
+                                         w.database)));
+                    w.said_waiting = true;
+                }
+            }
+            long wait = w.locked ? cycle() : reap_interval_ms();
+            last_cycle = now;
+            next_cycle = now + (int64) wait * 1000;
+            now = GetCurrentTimestamp();
+        }
+
+        long timeout = (long) ((next_cycle - now + 999) / 1000);
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                         Max(timeout, 1L), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+    }
+}

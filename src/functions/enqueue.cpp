@@ -1,0 +1,202 @@
+// enqueue_job: one INSERT that also checks the queue and resolves a dedupe key.
+#include "spi/access.hpp"
+#include "spi/args.hpp"
+#include "boundary.hpp"
+#include "jobcap.hpp"
+#include "spi/plans.hpp"
+#include "spi/statements.hpp"
+
+namespace jobcap {
+namespace {
+constexpr std::size_t kMaxDedupeKey = 1024;
+constexpr int kMaxEnqueueBatch = 100000;
+
+// run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues.
+void schedule_args(FunctionCallInfo fcinfo, int first, Datum* values, char* nulls)
+{
+    values[0] = arg_required(fcinfo, first, "run_at");
+    if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[0])))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("run_at must be a finite time")));
+    values[1] = arg_required(fcinfo, first + 1, "priority");
+    int32 cap = 0;
+    if (arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &cap))
+        values[2] = Int32GetDatum(cap);
+    else
+        nulls[2] = 'n';
+}
+
+// Every payload of enqueue_jobs within jobcap.max_payload_bytes (array elements are never
+// toasted: their size is what they hold).
+void check_payload_sizes(ArrayType* payloads)
+{
+    Datum* elems = nullptr;
+    int count = 0;
+    deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &elems, nullptr, &count);
+    for (int i = 0; i < count; ++i) {
+        Size size = VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i]));
+        if (size > static_cast<Size>(guc_max_payload_bytes))
+            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                            errmsg("payload %d is too large (%zu bytes, at most %d)", i + 1,
+                                   static_cast<size_t>(size), guc_max_payload_bytes),
+                            errhint("Store large data elsewhere and enqueue a reference to it, or raise jobcap.max_payload_bytes.")));
+    }
+}
+}  // namespace
+
+namespace statements {
+
+// One statement: the queue must exist (no row otherwise); a dedupe key that matches a pending,
+// running or dead job inserts nothing and yields that job. The fallback lookup runs under the
+// same snapshot, so it can miss a conflicting job committed after it; the caller then retries.
+// Column 1 says whether to wake workers: only when a job was inserted (a dedupe hit enqueued
+// nothing, and re-enqueueing a dead key must leave the queue quiet). $8 = caller: a queue not
+// granted to it is no queue here (access.hpp).
+Statement insert_job = {
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"
+    " ins AS (INSERT INTO jobcap.jobs"
+    "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at)"
+    "         SELECT q.queue, $2, $3, $4, $5, $6, $7 FROM q"
+    "         ON CONFLICT (queue, dedupe_key)"
+    "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
+    "         DO NOTHING RETURNING job_id)"
+    " SELECT q.notify AND EXISTS (SELECT FROM ins), coalesce((SELECT job_id FROM ins),"
+    "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
+    "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
+    " FROM q",
+    8, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID},
+    nullptr, false, true};
+
+// Many jobs, one statement: ids come back in the order of the payloads. $7 = caller.
+Statement insert_jobs = {
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at)"
+    "         SELECT q.queue, p.payload, $3, $4, $5, $6"
+    "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
+    "         RETURNING job_id)"
+    " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
+    " FROM q",
+    7, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
+    nullptr, false, true};
+
+}  // namespace statements
+
+namespace {
+
+Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
+
+// At READ COMMITTED the insert's snapshot is taken after its lock on jobcap.jobs, which
+// drop_queue's lock excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
+// snapshot can predate a drop that committed since: check the queue in the latest state, as
+// PostgreSQL's foreign keys do. Our lock on jobs now keeps any later drop waiting for us.
+void check_queue_survived(const NameArg& queue)
+{
+    if (!IsolationUsesXactSnapshot())
+        return;
+    Datum values[1] = {queue.datum};
+    if (run_fresh(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not enqueue into queue \"%s\": it was dropped by a concurrent transaction",
+                               queue.cstr),
+                        errhint("Retry the transaction.")));
+}
+
+}  // namespace
+}  // namespace jobcap
+
+using namespace jobcap;
+
+JOBCAP_FUNCTION(jobcap_enqueue_job)
+{
+    return guard("enqueue_job", [&]() -> Datum {
+        Access access = admit("enqueue_job", Duty::worker);
+        NameArg queue = arg_queue(fcinfo, 0);
+        Datum values[8];
+        char nulls[9] = "        ";
+        values[0] = queue.datum;
+        values[1] = arg_payload(fcinfo, 1);
+        schedule_args(fcinfo, 2, values + 2, nulls + 2);
+        if (PG_ARGISNULL(5)) {
+            nulls[5] = 'n';
+            values[5] = (Datum) 0;
+        } else {
+            text* key = PG_GETARG_TEXT_PP(5);
+            std::size_t len = VARSIZE_ANY_EXHDR(key);
+            if (len == 0 || len > kMaxDedupeKey)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("dedupe_key must be 1 to %d bytes, not %zu",
+                                       static_cast<int>(kMaxDedupeKey), len)));
+            values[5] = PointerGetDatum(key);
+        }
+        values[6] = TimestampTzGetDatum(GetCurrentTimestamp());
+        values[7] = caller_param(access, &nulls[7]);
+
+        connect(access);
+        int64 job_id = 0;
+        bool notify = false;
+        // A miss happens only when a job holding the key commits between the insert's conflict
+        // check and the lookup; at READ COMMITTED the next try sees it.
+        for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
+            if (run(statements::insert_job, values, nulls, SPI_OK_SELECT) == 0) {
+                // Raises unless the queue appeared since the statement's snapshot: then retry.
+                check_queue(access, "enqueue_job", queue.datum, queue.cstr);
+                continue;
+            }
+            bool missing = false;
+            Datum id = column(0, 2, &missing);
+            notify = DatumGetBool(column(0, 1));
+            if (!missing)
+                job_id = DatumGetInt64(id);
+        }
+        if (job_id == 0)
+            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                            errmsg("could not enqueue into queue \"%s\": its dedupe key kept changing hands",
+                                   queue.cstr),
+                            errhint("Retry the transaction.")));
+        check_queue_survived(queue);
+        finish(access);
+        if (notify)
+            Async_Notify("jobcap", queue.cstr);
+        PG_RETURN_INT64(job_id);
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_enqueue_jobs)
+{
+    return guard("enqueue_jobs", [&]() -> Datum {
+        Access access = admit("enqueue_jobs", Duty::worker);
+        NameArg queue = arg_queue(fcinfo, 0);
+        Datum values[7];
+        char nulls[8] = "       ";
+        values[0] = queue.datum;
+        values[1] = arg_required(fcinfo, 1, "payloads");
+        ArrayType* payloads = DatumGetArrayTypeP(values[1]);
+        int count = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
+        if (count > kMaxEnqueueBatch)
+            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                            errmsg("cannot enqueue %d jobs in one call", count),
+                            errhint("Enqueue at most %d jobs per call.", kMaxEnqueueBatch)));
+        if (array_contains_nulls(payloads))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("payloads must not contain nulls")));
+        check_payload_sizes(payloads);
+        schedule_args(fcinfo, 2, values + 2, nulls + 2);
+        values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+        values[6] = caller_param(access, &nulls[6]);
+
+        connect(access);
+        if (run(statements::insert_jobs, values, nulls, SPI_OK_SELECT) == 0) {
+            check_queue(access, "enqueue_jobs", queue.datum, queue.cstr);
+            raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
+        }
+        bool notify = DatumGetBool(column(0, 1)) && count > 0;
+        Datum ids = SPI_datumTransfer(column(0, 2), false, -1);
+        check_queue_survived(queue);
+        finish(access);
+        if (notify)
+            Async_Notify("jobcap", queue.cstr);
+        PG_RETURN_DATUM(ids);
+    });
+}

@@ -1,0 +1,92 @@
+// The errors every family of functions shares: bad arguments, unknown objects, stale fences.
+#include "spi/access.hpp"
+#include "boundary.hpp"
+#include "spi/plans.hpp"
+
+namespace jobcap {
+namespace {
+
+int sqlstate(core::Fault fault)
+{
+    switch (fault) {
+    case core::Fault::null_value:
+        return ERRCODE_NULL_VALUE_NOT_ALLOWED;
+    case core::Fault::out_of_range:
+        return ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE;
+    case core::Fault::invalid_value:
+    case core::Fault::none:
+        break;
+    }
+    return ERRCODE_INVALID_PARAMETER_VALUE;
+}
+
+// The current state and fence of a job, read only to explain a failed compare-and-swap, and
+// whether the caller ($2) may work it at all.
+Statement job_now = {
+    "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "jobs.queue")
+    " FROM jobcap.jobs WHERE job_id = $1",
+    2, {INT8OID, OIDOID}, nullptr, false, true};
+
+}  // namespace
+
+void raise(const core::Problem& problem)
+{
+    ereport(ERROR, (errcode(sqlstate(problem.fault)), errmsg("%s", problem.message),
+                    problem.hint[0] ? errhint("%s", problem.hint) : 0));
+    pg_unreachable();
+}
+
+void raise_unknown_job(int64 job_id)
+{
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("job %lld does not exist", static_cast<long long>(job_id))));
+    pg_unreachable();
+}
+
+void raise_unknown_queue(const char* queue)
+{
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("queue \"%s\" does not exist", queue),
+                    errhint("Create it with jobcap.create_queue('%s').", queue)));
+    pg_unreachable();
+}
+
+void raise_not_current(const Access& access, const char* function, int64 job_id, int64 fence)
+{
+    char nulls[3] = {' ', ' ', '\0'};
+    Datum values[2] = {Int64GetDatum(job_id), caller_param(access, &nulls[1])};
+    // A caller denied the job's queue learns nothing more, not even whether the job exists.
+    if (run(job_now, values, nulls, SPI_OK_SELECT) == 0) {
+        if (access.privileged)
+            raise_unknown_job(job_id);
+        deny_job(function, job_id);
+    }
+    if (!DatumGetBool(column(0, 3)))
+        deny_job(function, job_id);
+
+    const char* state = TextDatumGetCString(column(0, 1));
+    int64 current = DatumGetInt64(column(0, 2));
+    const char* why;
+    if (fence > current)
+        why = "That fence is newer than the job's: its claim rolled back, or it was never this job's.";
+    else if (strcmp(state, "running") == 0 || fence < current)
+        why = "The job's lease expired and it was claimed again under a newer fence.";
+    else if (strcmp(state, "pending") == 0)
+        why = "The job's lease expired and the reaper returned it to the queue.";
+    else if (strcmp(state, "succeeded") == 0)
+        why = "The job has already succeeded.";
+    else if (strcmp(state, "dead") == 0)
+        why = "The job is dead: its attempts are used up.";
+    else
+        why = "The job was cancelled.";
+
+    ereport(ERROR,
+            (errcode(kStaleFence),
+             errmsg("fence %lld of job %lld is not current", static_cast<long long>(fence),
+                    static_cast<long long>(job_id)),
+             errdetail("%s (%s refused; job state %s, current fence %lld.)", why, function, state,
+                       static_cast<long long>(current)),
+             errhint("Stop working on this job: its effects in this transaction roll back.")));
+    pg_unreachable();
+}
+
+}  // namespace jobcap

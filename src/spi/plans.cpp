@@ -1,0 +1,74 @@
+#include "spi/plans.hpp"
+
+namespace jobcap {
+
+namespace {
+
+SPIPlanPtr prepared(Statement& s)
+{
+    if (s.plan == nullptr) {
+        SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes,
+                                             s.steered || s.generic ? CURSOR_OPT_GENERIC_PLAN : 0);
+        if (plan == nullptr)
+            elog(ERROR, "jobcap: could not prepare statement: %s", SPI_result_code_string(SPI_result));
+        if (SPI_keepplan(plan) != 0)
+            elog(ERROR, "jobcap: could not keep a prepared statement");
+        s.plan = plan;
+    }
+    return s.plan;
+}
+
+uint64 checked(int rc, int expected)
+{
+    if (rc != expected)
+        elog(ERROR, "jobcap: statement returned %s, expected %s", SPI_result_code_string(rc),
+             SPI_result_code_string(expected));
+    return SPI_processed;
+}
+
+// The plan cache may (re)plan inside SPI_execute_plan, after any invalidation: the steering
+// settings are in force around every execution, at a cost of four GUC assignments. JIT is
+// decided when planning, from the plan's cost, which the disabled paths inflate; it would
+// compile these small statements on every execution, so it is off too. An error in
+// between needs no cleanup: transaction or subtransaction abort restores the settings.
+int execute_steered(SPIPlanPtr plan, Datum* values, const char* nulls)
+{
+    static const char* const kOff[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"};
+    int nest = NewGUCNestLevel();
+    for (const char* name : kOff)
+        (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
+                                 0, false);
+    int rc = SPI_execute_plan(plan, values, nulls, false, 0);
+    AtEOXact_GUC(true, nest);
+    return rc;
+}
+
+}  // namespace
+
+uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
+{
+    SPIPlanPtr plan = prepared(s);
+    int rc = s.steered ? execute_steered(plan, values, nulls)
+                       : SPI_execute_plan(plan, values, nulls, false, 0);
+    return checked(rc, expected);
+}
+
+uint64 run_fresh(Statement& s, Datum* values, const char* nulls, int expected)
+{
+    return checked(SPI_execute_snapshot(prepared(s), values, nulls, GetLatestSnapshot(),
+                                        InvalidSnapshot, false, false, 0),
+                   expected);
+}
+
+Datum column(uint64 row, int column, bool* is_null)
+{
+    bool null = false;
+    Datum d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, column, &null);
+    if (is_null != nullptr)
+        *is_null = null;
+    else if (null)
+        elog(ERROR, "jobcap: unexpected null in column %d", column);
+    return d;
+}
+
+}  // namespace jobcap
