@@ -100,21 +100,26 @@ package_root() {
     exec {lock}>&-
 }
 
+# The copy is an overlay on the cached root (its changes go to DEST.changes), or, where overlays
+# cannot be mounted, a full copy.
 scratch_root() {
     local name=$1 dest=$2
     drop_root "$dest"
-    mkdir -p "$(dirname "$dest")"
-    cp -a --reflink=auto "$ROOTS/$name" "$dest"
+    mkdir -p "$dest" "$dest.changes/upper" "$dest.changes/work"
+    mount -t overlay overlay -o "lowerdir=$ROOTS/$name,upperdir=$dest.changes/upper,workdir=$dest.changes/work" \
+        "$dest" 2>/dev/null \
+        || { rm -rf "$dest"; cp -a --reflink=auto "$ROOTS/$name" "$dest"; }
     mount_root "$dest"
 }
 
 drop_root() {
     local dest=$1
-    [ -e "$dest" ] || return 0
+    [ -e "$dest" ] || [ -e "$dest.changes" ] || return 0
     umount_root "$dest"
-    if findmnt -rn -o TARGET | grep -qF "$dest/"; then
+    mountpoint -q "$dest" && umount "$dest"
+    if findmnt -rn -o TARGET | grep -qE "^$dest(/|$)"; then
         echo "still mounted under $dest; not removing it" >&2
         return 1
     fi
-    rm -rf --one-file-system "$dest"
+    rm -rf --one-file-system "$dest" "$dest.changes"
 }
