@@ -132,11 +132,18 @@ my $max_fence_before = $node->safe_psql('postgres', q{
                     (SELECT last_value FROM jobcap.fences))});
 
 # The served database gets the same upgrade under its running background worker.
+# Until its ALTER EXTENSION, a database is at 0.1.0 under the new library (the README's
+# "Upgrading"): the worker serves it and reaps there too.
 $node->safe_psql('reaped', qq{CREATE EXTENSION jobcap VERSION '$old';
     SELECT jobcap.create_queue('r', lease => '1 hour');
-    SELECT jobcap.enqueue_job('r');
-    SELECT count(*) FROM jobcap.claim_job('r', 'w');});
+    SELECT jobcap.enqueue_job('r') FROM generate_series(1, 2);
+    SELECT count(*) FROM jobcap.claim_job('r', 'w', batch => 2);});
 $node->wait_for_log(qr/jobcap reaper is serving database "reaped"/);
+my $reaper = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobcap reaper' AND datname = 'reaped'");
+$node->safe_psql('reaped', q{UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second' WHERE job_id = 1});
+ok(defined wait_until_db($node, 'reaped', "SELECT state = 'pending' FROM jobcap.jobs WHERE job_id = 1"),
+	"the background worker reaps a database at $old");
 
 # The upgrade, with w1's session open and its lease in flight.
 my ($rc, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION jobcap UPDATE');
@@ -167,15 +174,21 @@ my ($next_job, $next_fence) = split /\|/, $w->(q{SELECT job_id, fence FROM jobca
 is($next_job, $pending, 'the next claim takes the pending job');
 cmp_ok($next_fence, '>', $max_fence_before, "its fence ($next_fence) is higher than any before ($max_fence_before)");
 is($w->("SELECT jobcap.complete_job($next_job, $next_fence)"), 'succeeded', 'and completes it');
+is(count_log($node, qr/ERROR|FATAL|PANIC/), 0, 'no error in the server log up to here');
 my ($frc, $fout, $ferr) = $node->psql('postgres', "SELECT jobcap.complete_job($job, $fence)",
 	extra_params => [ '-U', 'w1' ]);
 like($ferr, qr/JC001|fence/, 'a settled lease stays settled');
+my $log_offset = -s $node->logfile;
 $worker->quit;
 
 # The worker of the upgraded database still reaps.
-$node->safe_psql('reaped', q{UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'});
-ok(defined wait_until_db($node, 'reaped', "SELECT state = 'pending' FROM jobcap.jobs"),
-	'the background worker reaps an expired lease after the upgrade');
+$node->safe_psql('reaped', q{UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second' WHERE job_id = 2});
+ok(defined wait_until_db($node, 'reaped', "SELECT state = 'pending' FROM jobcap.jobs WHERE job_id = 2"),
+	'and after the upgrade');
+is($node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobcap reaper' AND datname = 'reaped'"),
+	$reaper, 'the same worker process, never restarted');
+is(count_log($node, qr/ERROR|FATAL|PANIC/, $log_offset), 0, 'no error in the server log since');
 
 # The upgraded schema is the fresh install's.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
