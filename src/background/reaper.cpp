@@ -47,15 +47,15 @@ namespace jobcap {
 namespace {
 
 // Fixed limits (documented in docs/worker.md).
-constexpr int32 kBatchMax = 1000;          // jobs per reap or prune transaction
-constexpr int32 kBatchMin = 10;            // ... after shrinking on timeouts
-constexpr int kBatchesPerCycle = 50;       // a cycle stops after this many full batches
-constexpr int kStatementTimeoutMs = 10000; // per batch
-constexpr const char* kLockTimeout = "1s"; // per lock wait, for the whole session
-constexpr long kBackoffMaxMs = 60000;      // longest wait after repeated failures
-constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper looks for the
-                                           // extension (a CREATE EXTENSION that woke the
-                                           // launcher may not have committed yet)
+constexpr int32 kBatchMax = 1000;           // jobs per reap or prune transaction
+constexpr int32 kBatchMin = 10;             // ... after shrinking on timeouts
+constexpr int kBatchesPerCycle = 50;        // a cycle stops after this many full batches
+constexpr int kStatementTimeoutMs = 10000;  // per batch
+constexpr const char* kLockTimeout = "1s";  // per lock wait, for the whole session
+constexpr long kBackoffMaxMs = 60000;       // longest wait after repeated failures
+constexpr int64 kAbsentGraceMs = 1000;      // with '*', how long a new reaper looks for the
+                                            // extension (a CREATE EXTENSION that woke the
+                                            // launcher may not have committed yet)
 constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
@@ -69,18 +69,20 @@ constexpr uint16 kLockSubId = 3;
 // with their error history, but never one that refresh_stats has not counted yet. Locked rows
 // are skipped (a requeue in flight wins); the DELETE repeats the guard. The jobs_finished index
 // serves the scan.
-#define PRUNE(STATES)                                                                             \
-    "WITH doomed AS MATERIALIZED ("                                                               \
-    "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
-    "   WHERE j.state IN (" STATES ")"                                                            \
-    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"   \
-    "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                   \
-    " gone AS (DELETE FROM jobcap.jobs j"                                                         \
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                  \
-    "     AND j.state IN (" STATES ") AND j.finished_at < $1"                                     \
-    "   RETURNING j.job_id),"                                                                     \
-    " history_gone AS (DELETE FROM jobcap.job_errors e"                                           \
-    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                   \
+#define PRUNE(STATES)                                                                              \
+    "WITH doomed AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.state IN (" STATES                                                                 \
+    ")"                                                                                            \
+    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"    \
+    "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                    \
+    " gone AS (DELETE FROM jobcap.jobs j"                                                          \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                   \
+    "     AND j.state IN (" STATES                                                                 \
+    ") AND j.finished_at < $1"                                                                     \
+    "   RETURNING j.job_id),"                                                                      \
+    " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                    \
     " SELECT count(*) FROM gone"
 
 Statement prune_succeeded = {PRUNE("'succeeded'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
@@ -96,23 +98,23 @@ struct QueueMemory {
 // Each step of a cycle (reap, count, the two prunes) keeps its own batch size and back-off, so
 // one that fails or times out (a slow count, a prune behind a lock) delays only itself.
 struct StepState {
-    int32 batch;                // current batch size
-    int failures;               // consecutive failed attempts
-    TimestampTz resume_at;      // backing off until then
+    int32 batch;            // current batch size
+    int failures;           // consecutive failed attempts
+    TimestampTz resume_at;  // backing off until then
 };
 
 struct Worker {
     char database[NAMEDATALEN];
     StepState reaping, counting, pruning_succeeded, pruning_dead;
-    bool extension_known;       // has the worker looked yet?
+    bool extension_known;  // has the worker looked yet?
     bool extension_present;
-    TimestampTz window_start;   // where the next report window starts
+    TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
-    TimestampTz next_count;     // when finished jobs may be counted again
-    QueueMemory* queues;        // in TopMemoryContext
+    TimestampTz next_count;  // when finished jobs may be counted again
+    QueueMemory* queues;     // in TopMemoryContext
     int nqueues;
-    bool locked;                // holds the reaper lock: the one reaper of this database
-    bool said_waiting;          // logged, once, that another reaper holds it
+    bool locked;        // holds the reaper lock: the one reaper of this database
+    bool said_waiting;  // logged, once, that another reaper holds it
     TimestampTz started_at;
 };
 Worker w;
@@ -162,10 +164,10 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
         AbortCurrentTransaction();
         InterruptHoldoffCount = holdoff;
         *error = e;
-        outcome = (e->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-                   e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-                      ? Outcome::timed_out
-                      : Outcome::failed;
+        outcome =
+            (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+                ? Outcome::timed_out
+                : Outcome::failed;
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
@@ -184,8 +186,8 @@ uint64 prune_step(Statement& statement, int retention_s, int32 batch)
 {
     TimestampTz cut = GetCurrentStatementStartTimestamp() - (int64) retention_s * USECS_PER_SEC;
     Datum values[2] = {TimestampTzGetDatum(cut), Int32GetDatum(batch)};
-    run(statement, values, nullptr, SPI_OK_SELECT);
-    return (uint64) DatumGetInt64(column(0, 1));
+    execute(statement, values, nullptr, SPI_OK_SELECT);
+    return (uint64) DatumGetInt64(result_column(0, 1));
 }
 
 uint64 prune_succeeded_step(int32 batch)
@@ -243,8 +245,8 @@ uint64 report_step(int32)
 
         char line[512];
         if (core::report_line(qw, line, sizeof line))
-            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue,
-                                 w.database, line)));
+            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue, w.database,
+                                 line)));
         strlcpy(seen[r].queue, s.queue, sizeof seen[r].queue);
         seen[r].due = qw.due;
     }
@@ -290,8 +292,7 @@ long extension_absent()
     // With '*' a database without jobcap keeps no process: the launcher looks again later. (The
     // launcher takes a reaper that stops this soon for one that found nothing to do.)
     if (all_databases()) {
-        if (!w.extension_known &&
-            GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
+        if (!w.extension_known && GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
             return kAbsentPollMs;
         ereport(DEBUG1, (errmsg("jobcap reaper leaves database \"%s\": no extension \"jobcap\"",
                                 w.database)));
@@ -339,9 +340,9 @@ bool in_batches(StepState& state, const char* what, const char* verb, const char
         }
         extension_found();
         if (rows > 0)
-            ereport(DEBUG1, (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)",
-                                    verb, (unsigned long long) rows, noun, w.database,
-                                    state.batch)));
+            ereport(DEBUG1,
+                    (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)", verb,
+                            (unsigned long long) rows, noun, w.database, state.batch)));
         if (rows < (uint64) state.batch)
             break;
         CHECK_FOR_INTERRUPTS();
@@ -482,7 +483,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
             if (!w.locked) {
                 w.locked = take_lock();
                 if (!w.locked && !w.said_waiting) {
-                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to leave database \"%s\"",
+                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to "
+                                         "leave database \"%s\"",
                                          w.database)));
                     w.said_waiting = true;
                 }
@@ -494,8 +496,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
         }
 
         long timeout = (long) ((next_cycle - now + 999) / 1000);
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                         Max(timeout, 1L), PG_WAIT_EXTENSION);
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, Max(timeout, 1L),
+                         PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
     }
 }

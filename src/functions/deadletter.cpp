@@ -5,6 +5,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 #include "functions/stats.hpp"
@@ -30,26 +31,30 @@ Statement top_failing = {
     " SELECT f.job_id, j.queue, j.state, j.attempts, coalesce(j.max_attempts, q.max_attempts),"
     "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
     "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
-    "       THEN left(e.error, " LAST_ERROR_CHARS " - 3) || '...' ELSE e.error END"
+    "       THEN left(e.error, " LAST_ERROR_CHARS
+    " - 3) || '...' ELSE e.error END"
     "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
     "       AND e.kind IN ('error', 'lease_expired')"
-    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS ")"
+    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
+    ")"
     " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
     " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
     " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
-    4, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    4,
+    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID},
+    nullptr};
 
 // The dead jobs of queue $1 whose last failure's text matches $2 (LIKE; NULL: any, including
 // none) and that died in ($3, $4) (NULL: unbounded), oldest death first, at most $5, locked and
 // skipping rows another transaction holds. Served by jobs_dead (queue, finished_at).
-#define DEAD_COHORT(LOCK)                                                                        \
-    "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
-    "   WHERE j.queue = $1 AND j.state = 'dead'"                                                  \
-    "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                    \
-    "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                    \
-    "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                      \
-    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"               \
-    "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                            \
+#define DEAD_COHORT(LOCK)                                                                          \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.queue = $1 AND j.state = 'dead'"                                                   \
+    "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                     \
+    "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                     \
+    "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                       \
+    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"                \
+    "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                             \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 
 // requeue_job's update (src/manage.cpp) over the cohort. $6 = reason, $7 = extra attempts
@@ -100,9 +105,9 @@ void dead_filter(FunctionCallInfo fcinfo, int from, int max_arg, Datum* values, 
     }
     for (int i = 2; i <= 3; ++i)
         if (nulls[i] == ' ' && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[i])))
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("%s must be a finite time",
-                                   i == 2 ? "died_after" : "died_before")));
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("%s must be a finite time", i == 2 ? "died_after" : "died_before")));
     if (nulls[2] == ' ' && nulls[3] == ' ' &&
         DatumGetTimestampTz(values[2]) >= DatumGetTimestampTz(values[3]))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -111,10 +116,10 @@ void dead_filter(FunctionCallInfo fcinfo, int from, int max_arg, Datum* values, 
     nulls[4] = ' ';
 }
 
-void check_queue(Datum queue)
+void check_queue_exists(Datum queue)
 {
     Datum values[1] = {queue};
-    if (run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
         raise_unknown_queue(TextDatumGetCString(queue));
 }
 
@@ -123,90 +128,81 @@ void check_queue(Datum queue)
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_top_failing_jobs)
+JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
 {
-    return guard("top_failing_jobs", [&]() -> Datum {
-        Access access = admit("top_failing_jobs", Duty::operator_);
-        Datum values[4];
-        char nulls[5] = "    ";
-        if (PG_ARGISNULL(0)) {
-            nulls[0] = 'n';
-            values[0] = (Datum) 0;
-        } else {
-            values[0] = arg_queue(fcinfo, 0).datum;
-        }
-        values[3] = Int32GetDatum(arg_count(fcinfo, 1, "n", kMaxDeadBatch));
-        TimestampTz until = PG_ARGISNULL(3) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(3);
-        TimestampTz since = PG_ARGISNULL(2) ? until - (int64) guc_stats_window_s * USECS_PER_SEC
-                                            : PG_GETARG_TIMESTAMPTZ(2);
-        if (TIMESTAMP_NOT_FINITE(since) || TIMESTAMP_NOT_FINITE(until) || since >= until)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("since must be a finite time earlier than until")));
-        values[1] = TimestampTzGetDatum(since);
-        values[2] = TimestampTzGetDatum(until);
-        InitMaterializedSRF(fcinfo, 0);
-        ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    Datum values[4];
+    char nulls[5] = "    ";
+    if (PG_ARGISNULL(0)) {
+        nulls[0] = 'n';
+        values[0] = (Datum) 0;
+    } else {
+        values[0] = arg_queue(fcinfo, 0).datum;
+    }
+    values[3] = Int32GetDatum(arg_count(fcinfo, 1, "n", kMaxDeadBatch));
+    TimestampTz until = PG_ARGISNULL(3) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(3);
+    TimestampTz since = PG_ARGISNULL(2) ? until - (int64) guc_stats_window_s * USECS_PER_SEC
+                                        : PG_GETARG_TIMESTAMPTZ(2);
+    if (TIMESTAMP_NOT_FINITE(since) || TIMESTAMP_NOT_FINITE(until) || since >= until)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("since must be a finite time earlier than until")));
+    values[1] = TimestampTzGetDatum(since);
+    values[2] = TimestampTzGetDatum(until);
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        connect(access);
-        uint64 rows = run(top_failing, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && nulls[0] == ' ')
-            check_queue(values[0]);
-        for (uint64 r = 0; r < rows; ++r) {
-            Datum v[11];
-            bool n[11];
-            for (int c = 0; c < 11; ++c)
-                v[c] = column(r, c + 1, &n[c]);
-            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
-        }
-        finish(access);
-        return (Datum) 0;
-    });
+    spi_open(access);
+    uint64 rows = execute(top_failing, values, nulls, SPI_OK_SELECT);
+    if (rows == 0 && nulls[0] == ' ')
+        check_queue_exists(values[0]);
+    for (uint64 r = 0; r < rows; ++r) {
+        Datum v[11];
+        bool n[11];
+        for (int c = 0; c < 11; ++c)
+            v[c] = result_column(r, c + 1, &n[c]);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+    }
+    spi_close(access);
+    return (Datum) 0;
 }
 
-JOBCAP_FUNCTION(jobcap_requeue_dead)
+JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
 {
-    return guard("requeue_dead", [&]() -> Datum {
-        Access access = admit("requeue_dead", Duty::operator_);
-        // SQL: (queue, reason, error_like, died_after, died_before, max_jobs, extra_attempts)
-        Datum reason = arg_required(fcinfo, 1, "reason");
-        if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("reason must not be empty"),
-                            errhint("Say why the jobs deserve more attempts; it is kept in "
-                                    "each job's history.")));
-        Datum values[9];
-        char nulls[10] = "         ";
-        dead_filter(fcinfo, 2, 5, values, nulls);
-        values[5] = kept_text(DatumGetTextPP(reason));
-        int32 extra = 0;
-        bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
-        values[6] = Int32GetDatum(extra);
-        nulls[6] = has_extra ? ' ' : 'n';
-        values[7] = TimestampTzGetDatum(GetCurrentTimestamp());
-        values[8] = caller_name(access);
+    // SQL: (queue, reason, error_like, died_after, died_before, max_jobs, extra_attempts)
+    Datum reason = arg_required(fcinfo, 1, "reason");
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("reason must not be empty"),
+                 errhint("Say why the jobs deserve more attempts; it is kept in "
+                         "each job's history.")));
+    Datum values[9];
+    char nulls[10] = "         ";
+    dead_filter(fcinfo, 2, 5, values, nulls);
+    values[5] = kept_text(DatumGetTextPP(reason));
+    int32 extra = 0;
+    bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
+    values[6] = Int32GetDatum(extra);
+    nulls[6] = has_extra ? ' ' : 'n';
+    values[7] = TimestampTzGetDatum(GetCurrentTimestamp());
+    values[8] = caller_name(access);
 
-        connect(access);
-        check_queue(values[0]);
-        run(requeue_dead, values, nulls, SPI_OK_SELECT);
-        int32 requeued = DatumGetInt32(column(0, 1));
-        finish(access);
-        PG_RETURN_INT32(requeued);
-    });
+    spi_open(access);
+    check_queue_exists(values[0]);
+    execute(requeue_dead, values, nulls, SPI_OK_SELECT);
+    int32 requeued = DatumGetInt32(result_column(0, 1));
+    spi_close(access);
+    PG_RETURN_INT32(requeued);
 }
 
-JOBCAP_FUNCTION(jobcap_purge_dead)
+JOBCAP_FUNCTION(purge_dead, Duty::operator_)
 {
-    return guard("purge_dead", [&]() -> Datum {
-        Access access = admit("purge_dead", Duty::operator_);
-        Datum values[5];
-        char nulls[6] = "     ";
-        dead_filter(fcinfo, 1, 4, values, nulls);
+    Datum values[5];
+    char nulls[6] = "     ";
+    dead_filter(fcinfo, 1, 4, values, nulls);
 
-        connect(access);
-        check_queue(values[0]);
-        run(purge_dead, values, nulls, SPI_OK_SELECT);
-        int32 purged = DatumGetInt32(column(0, 1));
-        finish(access);
-        PG_RETURN_INT32(purged);
-    });
+    spi_open(access);
+    check_queue_exists(values[0]);
+    execute(purge_dead, values, nulls, SPI_OK_SELECT);
+    int32 purged = DatumGetInt32(result_column(0, 1));
+    spi_close(access);
+    PG_RETURN_INT32(purged);
 }

@@ -2,6 +2,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 
@@ -11,19 +12,25 @@ namespace {
 Statement insert_queue = {
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify)"
     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue) DO NOTHING",
-    6, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID}, nullptr};
+    6,
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID},
+    nullptr};
 
 // alter_queue checks the merged backoff settings under this row lock, then writes them.
 Statement lock_queue = {
     "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 Statement update_queue = {
     "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
     " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
     " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
     " WHERE queue = $1",
-    6, {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID}, nullptr};
+    6,
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID},
+    nullptr};
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
 // check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
@@ -35,13 +42,17 @@ Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", 0, {}, nullpt
 Statement queue_activity = {
     "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
     " FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 Statement delete_queue = {
     "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1),"
     " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1)"
     " DELETE FROM jobcap.queues WHERE queue = $1",
-    1, {TEXTOID}, nullptr};
+    1,
+    {TEXTOID},
+    nullptr};
 
 core::Span span_of(Datum d)
 {
@@ -79,7 +90,7 @@ void check_backoff(Datum base, Datum max)
 {
     core::Problem p = core::check_backoff_order(span_of(base), span_of(max));
     if (p)
-        raise(p);
+        raise_problem(p);
 }
 
 }  // namespace
@@ -87,81 +98,77 @@ void check_backoff(Datum base, Datum max)
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_create_queue)
+JOBCAP_FUNCTION(create_queue, Duty::operator_)
 {
-    return guard("create_queue", [&]() -> Datum {
-        Access access = admit("create_queue", Duty::operator_);
-        NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[6];
-        char nulls[7] = "      ";
-        values[0] = queue.datum;
-        queue_settings(fcinfo, values, nulls);
-        // Every setting but the cap is required here: their defaults are in the signature.
-        static const char* const names[] = {nullptr, nullptr, "lease", "backoff_base",
-                                            "backoff_max", "notify"};
-        for (int i = 2; i <= 5; ++i)
-            if (nulls[i] == 'n')
-                raise(core::check_not_null(names[i], true));
-        if (nulls[1] == 'n') {
-            values[1] = Int32GetDatum(guc_default_max_attempts);
-            nulls[1] = ' ';
-        }
-        check_backoff(values[3], values[4]);
+    NameArg queue = arg_queue(fcinfo, 0);
+    Datum values[6];
+    char nulls[7] = "      ";
+    values[0] = queue.datum;
+    queue_settings(fcinfo, values, nulls);
+    // Every setting but the cap is required here: their defaults are in the signature.
+    static const char* const names[] = {nullptr,        nullptr,       "lease",
+                                        "backoff_base", "backoff_max", "notify"};
+    for (int i = 2; i <= 5; ++i)
+        if (nulls[i] == 'n')
+            raise_problem(core::check_not_null(names[i], true));
+    if (nulls[1] == 'n') {
+        values[1] = Int32GetDatum(guc_default_max_attempts);
+        nulls[1] = ' ';
+    }
+    check_backoff(values[3], values[4]);
 
-        connect(access);
-        if (run(insert_queue, values, nulls, SPI_OK_INSERT) == 0)
-            ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
-                            errmsg("queue \"%s\" already exists", queue.cstr),
-                            errhint("Change its settings with jobcap.alter_queue.")));
-        finish(access);
-        PG_RETURN_VOID();
-    });
+    spi_open(access);
+    if (execute(insert_queue, values, nulls, SPI_OK_INSERT) == 0)
+        ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+                        errmsg("queue \"%s\" already exists", queue.cstr),
+                        errhint("Change its settings with jobcap.alter_queue.")));
+    spi_close(access);
+    PG_RETURN_VOID();
 }
 
-JOBCAP_FUNCTION(jobcap_alter_queue)
+JOBCAP_FUNCTION(alter_queue, Duty::operator_)
 {
-    return guard("alter_queue", [&]() -> Datum {
-        Access access = admit("alter_queue", Duty::operator_);
-        NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[6];
-        char nulls[7] = "      ";
-        values[0] = queue.datum;
-        queue_settings(fcinfo, values, nulls);
+    NameArg queue = arg_queue(fcinfo, 0);
+    Datum values[6];
+    char nulls[7] = "      ";
+    values[0] = queue.datum;
+    queue_settings(fcinfo, values, nulls);
 
-        connect(access);
-        if (run(lock_queue, values, nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_queue(queue.cstr);
-        check_backoff(nulls[3] == 'n' ? column(0, 1) : values[3],
-                      nulls[4] == 'n' ? column(0, 2) : values[4]);
-        run(update_queue, values, nulls, SPI_OK_UPDATE);
-        finish(access);
-        PG_RETURN_VOID();
-    });
+    spi_open(access);
+    if (execute(lock_queue, values, nullptr, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(queue.cstr);
+    check_backoff(nulls[3] == 'n' ? result_column(0, 1) : values[3],
+                  nulls[4] == 'n' ? result_column(0, 2) : values[4]);
+    execute(update_queue, values, nulls, SPI_OK_UPDATE);
+    spi_close(access);
+    PG_RETURN_VOID();
 }
 
-JOBCAP_FUNCTION(jobcap_drop_queue)
+JOBCAP_FUNCTION(drop_queue, Duty::operator_)
 {
-    return guard("drop_queue", [&]() -> Datum {
-        Access access = admit("drop_queue", Duty::operator_);
-        NameArg queue = arg_queue(fcinfo, 0);
-        bool force = DatumGetBool(arg_required(fcinfo, 1, "force"));
-        if (IsolationUsesXactSnapshot())
-            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("cannot drop a queue in a REPEATABLE READ or SERIALIZABLE transaction"),
-                            errdetail("Jobs enqueued after this transaction's snapshot would survive the queue."),
-                            errhint("Run jobcap.drop_queue at READ COMMITTED.")));
-        Datum values[1] = {queue.datum};
+    NameArg queue = arg_queue(fcinfo, 0);
+    bool force = DatumGetBool(arg_required(fcinfo, 1, "force"));
+    if (IsolationUsesXactSnapshot())
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("cannot drop a queue in a REPEATABLE READ or SERIALIZABLE transaction"),
+             errdetail("Jobs enqueued after this transaction's snapshot would survive the queue."),
+             errhint("Run jobcap.drop_queue at READ COMMITTED.")));
+    Datum values[1] = {queue.datum};
 
-        connect(access);
-        run(lock_jobs, nullptr, nullptr, SPI_OK_UTILITY);
-        if (run(queue_activity, values, nullptr, SPI_OK_SELECT) == 0)
-            raise_unknown_queue(queue.cstr);
-        if (DatumGetBool(column(0, 1)) && !force)
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                            errmsg("queue \"%s\" has pending or running jobs", queue.cstr),
-                            errhint("Wait for them to finish, cancel them, or drop the queue with force => true.")));
-        run(delete_queue, values, nullptr, SPI_OK_DELETE);
-        finish(access);
-        PG_RETURN_VOID();
-    });
+    spi_open(access);
+    execute(lock_jobs, nullptr, nullptr, SPI_OK_UTILITY);
+    if (execute(queue_activity, values, nullptr, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(queue.cstr);
+    if (DatumGetBool(result_column(0, 1)) && !force)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("queue \"%s\" has pending or running jobs", queue.cstr),
+             errhint(
+                 "Wait for them to finish, cancel them, or drop the queue with force => true.")));
+    execute(delete_queue, values, nullptr, SPI_OK_DELETE);
+    spi_close(access);
+    PG_RETURN_VOID();
 }

@@ -7,6 +7,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/history.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
@@ -19,7 +20,11 @@ Statement complete = {
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
-    4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
+    4,
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID},
+    nullptr,
+    false,
+    true};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
@@ -68,7 +73,11 @@ Statement heartbeat = {
     "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
-    5, {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
+    5,
+    {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
+    nullptr,
+    false,
+    true};
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
@@ -76,7 +85,11 @@ Statement heartbeat = {
 Statement assert_current = {
     "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
-    3, {INT8OID, INT8OID, OIDOID}, nullptr, false, true};
+    3,
+    {INT8OID, INT8OID, OIDOID},
+    nullptr,
+    false,
+    true};
 
 }  // namespace statements
 
@@ -88,11 +101,11 @@ namespace {
 Datum compare_and_swap(Access& access, Statement& s, const char* function, int64 job_id,
                        int64 fence, Datum* values, const char* nulls, int expected)
 {
-    connect(access);
-    if (run(s, values, nulls, expected) == 0)
+    spi_open(access);
+    if (execute(s, values, nulls, expected) == 0)
         raise_not_current(access, function, job_id, fence);
-    Datum result = SPI_tuptable->tupdesc->natts > 0 ? column(0, 1) : (Datum) 0;
-    finish(access);
+    Datum result = SPI_tuptable->tupdesc->natts > 0 ? result_column(0, 1) : (Datum) 0;
+    spi_close(access);
     return result;
 }
 
@@ -102,106 +115,92 @@ Datum compare_and_swap(Access& access, Statement& s, const char* function, int64
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_complete_job)
+JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
-    return guard("complete_job", [&]() -> Datum {
-        Access access = admit("complete_job", Duty::worker);
-        int64 job_id = arg_job_id(fcinfo, 0);
-        int64 fence = arg_fence(fcinfo, 1);
-        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
-        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                           TimestampTzGetDatum(GetCurrentTimestamp()),
-                           caller_param(access, &nulls[3])};
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+    Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3])};
 
-        return compare_and_swap(access, statements::complete, "complete_job", job_id, fence,
-                                values, nulls, SPI_OK_UPDATE_RETURNING);
-    });
+    return compare_and_swap(access, statements::complete, function, job_id, fence, values, nulls,
+                            SPI_OK_UPDATE_RETURNING);
 }
 
-JOBCAP_FUNCTION(jobcap_fail_job)
+JOBCAP_FUNCTION(fail_job, Duty::worker)
 {
-    return guard("fail_job", [&]() -> Datum {
-        Access access = admit("fail_job", Duty::worker);
-        int64 job_id = arg_job_id(fcinfo, 0);
-        int64 fence = arg_fence(fcinfo, 1);
-        bool no_retry_in = false;
-        Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-        char nulls[7] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ', ' ', '\0'};
-        Datum values[6] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                           PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)),
-                           retry_in, TimestampTzGetDatum(GetCurrentTimestamp()),
-                           caller_param(access, &nulls[5])};
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    bool no_retry_in = false;
+    Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
+    char nulls[7] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ',
+                     ' ', '\0'};
+    Datum values[6] = {Int64GetDatum(job_id),
+                       Int64GetDatum(fence),
+                       PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)),
+                       retry_in,
+                       TimestampTzGetDatum(GetCurrentTimestamp()),
+                       caller_param(access, &nulls[5])};
 
-        return compare_and_swap(access, statements::fail, "fail_job", job_id, fence, values, nulls,
-                                SPI_OK_SELECT);
-    });
+    return compare_and_swap(access, statements::fail, function, job_id, fence, values, nulls,
+                            SPI_OK_SELECT);
 }
 
-JOBCAP_FUNCTION(jobcap_heartbeat)
+JOBCAP_FUNCTION(heartbeat, Duty::worker)
 {
-    return guard("heartbeat", [&]() -> Datum {
-        Access access = admit("heartbeat", Duty::worker);
-        int64 job_id = arg_job_id(fcinfo, 0);
-        int64 fence = arg_fence(fcinfo, 1);
-        bool no_extend = false;
-        Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
-        char nulls[6] = {' ', ' ', no_extend ? 'n' : ' ', ' ', ' ', '\0'};
-        Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
-                           TimestampTzGetDatum(GetCurrentTimestamp()),
-                           caller_param(access, &nulls[4])};
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    bool no_extend = false;
+    Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
+    char nulls[6] = {' ', ' ', no_extend ? 'n' : ' ', ' ', ' ', '\0'};
+    Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
+                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[4])};
 
-        return compare_and_swap(access, statements::heartbeat, "heartbeat", job_id, fence, values,
-                                nulls, SPI_OK_UPDATE_RETURNING);
-    });
+    return compare_and_swap(access, statements::heartbeat, function, job_id, fence, values, nulls,
+                            SPI_OK_UPDATE_RETURNING);
 }
 
-JOBCAP_FUNCTION(jobcap_assert_fence)
+JOBCAP_FUNCTION(assert_fence, Duty::worker)
 {
-    return guard("assert_fence", [&]() -> Datum {
-        Access access = admit("assert_fence", Duty::worker);
-        int64 job_id = arg_job_id(fcinfo, 0);
-        int64 fence = arg_fence(fcinfo, 1);
-        char nulls[4] = {' ', ' ', ' ', '\0'};
-        Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                           caller_param(access, &nulls[2])};
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    char nulls[4] = {' ', ' ', ' ', '\0'};
+    Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                       caller_param(access, &nulls[2])};
 
-        compare_and_swap(access, statements::assert_current, "assert_fence", job_id, fence, values,
-                         nulls, SPI_OK_SELECT);
-        PG_RETURN_VOID();
-    });
+    compare_and_swap(access, statements::assert_current, function, job_id, fence, values, nulls,
+                     SPI_OK_SELECT);
+    PG_RETURN_VOID();
 }
 
-JOBCAP_FUNCTION(jobcap_complete_jobs)
+JOBCAP_FUNCTION(complete_jobs, Duty::worker)
 {
-    return guard("complete_jobs", [&]() -> Datum {
-        Access access = admit("complete_jobs", Duty::worker);
-        ArrayType* ids = DatumGetArrayTypeP(arg_required(fcinfo, 0, "job_ids"));
-        ArrayType* fences = DatumGetArrayTypeP(arg_required(fcinfo, 1, "fences"));
-        int count = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
-        if (count != ArrayGetNItems(ARR_NDIM(fences), ARR_DIMS(fences)))
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("job_ids and fences must have the same length")));
-        if (array_contains_nulls(ids) || array_contains_nulls(fences))
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                            errmsg("job_ids and fences must not contain nulls")));
-        if (count > core::kMaxBatch)
-            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                            errmsg("cannot complete %d jobs in one call", count),
-                            errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
-        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
-        Datum values[4] = {PointerGetDatum(ids), PointerGetDatum(fences),
-                           TimestampTzGetDatum(GetCurrentTimestamp()),
-                           caller_param(access, &nulls[3])};
+    ArrayType* ids = DatumGetArrayTypeP(arg_required(fcinfo, 0, "job_ids"));
+    ArrayType* fences = DatumGetArrayTypeP(arg_required(fcinfo, 1, "fences"));
+    int count = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
+    if (count != ArrayGetNItems(ARR_NDIM(fences), ARR_DIMS(fences)))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("job_ids and fences must have the same length")));
+    if (array_contains_nulls(ids) || array_contains_nulls(fences))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("job_ids and fences must not contain nulls")));
+    if (count > core::kMaxBatch)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("cannot complete %d jobs in one call", count),
+                 errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
+    char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+    Datum values[4] = {PointerGetDatum(ids), PointerGetDatum(fences),
+                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3])};
 
-        connect(access);
-        run(statements::complete_many, values, nulls, SPI_OK_SELECT);
-        int32 settled = DatumGetInt32(column(0, 1));
-        bool all_current = false;
-        Datum stale_job = column(0, 2, &all_current);
-        if (!all_current)
-            raise_not_current(access, "complete_jobs", DatumGetInt64(stale_job),
-                              DatumGetInt64(column(0, 3)));
-        finish(access);
-        PG_RETURN_INT32(settled);
-    });
+    spi_open(access);
+    execute(statements::complete_many, values, nulls, SPI_OK_SELECT);
+    int32 settled = DatumGetInt32(result_column(0, 1));
+    bool all_current = false;
+    Datum stale_job = result_column(0, 2, &all_current);
+    if (!all_current)
+        raise_not_current(access, function, DatumGetInt64(stale_job),
+                          DatumGetInt64(result_column(0, 3)));
+    spi_close(access);
+    PG_RETURN_INT32(settled);
 }

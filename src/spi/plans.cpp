@@ -10,7 +10,8 @@ SPIPlanPtr prepared(Statement& s)
         SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes,
                                              s.steered || s.generic ? CURSOR_OPT_GENERIC_PLAN : 0);
         if (plan == nullptr)
-            elog(ERROR, "jobcap: could not prepare statement: %s", SPI_result_code_string(SPI_result));
+            elog(ERROR, "jobcap: could not prepare statement: %s",
+                 SPI_result_code_string(SPI_result));
         if (SPI_keepplan(plan) != 0)
             elog(ERROR, "jobcap: could not keep a prepared statement");
         s.plan = plan;
@@ -36,8 +37,8 @@ int execute_steered(SPIPlanPtr plan, Datum* values, const char* nulls)
     static const char* const kOff[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"};
     int nest = NewGUCNestLevel();
     for (const char* name : kOff)
-        (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
-                                 0, false);
+        (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                                 false);
     int rc = SPI_execute_plan(plan, values, nulls, false, 0);
     AtEOXact_GUC(true, nest);
     return rc;
@@ -45,7 +46,7 @@ int execute_steered(SPIPlanPtr plan, Datum* values, const char* nulls)
 
 }  // namespace
 
-uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
+uint64 execute(Statement& s, Datum* values, const char* nulls, int expected)
 {
     SPIPlanPtr plan = prepared(s);
     int rc = s.steered ? execute_steered(plan, values, nulls)
@@ -53,14 +54,14 @@ uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
     return checked(rc, expected);
 }
 
-uint64 run_fresh(Statement& s, Datum* values, const char* nulls, int expected)
+uint64 execute_fresh(Statement& s, Datum* values, const char* nulls, int expected)
 {
     return checked(SPI_execute_snapshot(prepared(s), values, nulls, GetLatestSnapshot(),
                                         InvalidSnapshot, false, false, 0),
                    expected);
 }
 
-Datum column(uint64 row, int column, bool* is_null)
+Datum result_column(uint64 row, int column, bool* is_null)
 {
     bool null = false;
     Datum d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, column, &null);

@@ -27,14 +27,14 @@ struct Statement {
 
 // Executes s inside an open SPI connection with the given arguments (nulls as SPI wants them:
 // 'n' for null, ' ' otherwise) and checks that SPI answered `expected`. Returns the row count.
-uint64 run(Statement& s, Datum* values, const char* nulls, int expected);
+uint64 execute(Statement& s, Datum* values, const char* nulls, int expected);
 
 // The same, but reading with a fresh snapshot (the latest committed state) instead of the
 // transaction's: for checks that must see what a REPEATABLE READ snapshot cannot.
-uint64 run_fresh(Statement& s, Datum* values, const char* nulls, int expected);
+uint64 execute_fresh(Statement& s, Datum* values, const char* nulls, int expected);
 
 // Reads column `column` (1-based) of result row `row`; is_null may be nullptr when the column
 // cannot be null.
-Datum column(uint64 row, int column, bool* is_null = nullptr);
+Datum result_column(uint64 row, int column, bool* is_null = nullptr);
 
 }  // namespace jobcap
