@@ -41,8 +41,8 @@ EXTRA_CLEAN = $(OBJS:.o=.d) results output_iso tmp_check tmp_check_regress tmp_c
 PG_CONFIG ?= pg_config
 
 # The PostgreSQL majors jobcap supports; older ones are refused at once, before any compiling
-# (and src/pg.hpp refuses them again, for builds that bypass this Makefile). A newer major
-# that is not listed builds, with a warning that it is untested.
+# (src/compat.hpp refuses them again, for builds that bypass this Makefile). A newer major that
+# is not listed builds, with a warning that it is untested.
 JOBCAP_MAJORS = 15 17 18
 jobcap_check_major = $(if $(filter-out 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14,$(1)),\
     $(if $(filter $(1),$(JOBCAP_MAJORS)),,\

@@ -21,8 +21,3 @@ extern "C" {
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
-
-// The Makefile refuses older majors first, with the same words.
-#if PG_VERSION_NUM < 150000
-#error "jobcap supports PostgreSQL 15, 17 and 18; these server headers are older"
-#endif

@@ -11,11 +11,10 @@ PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v "^$BUILD/tmp_install/" | past
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Debian packages the tests need (and those named as arguments: a suite's own). Installed when
-# missing and we are root; otherwise named.
+# Debian packages the tests need. Installed when missing and we are root; otherwise named.
 jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
-                python3-psycopg clang-format "$@")
+                python3-psycopg clang-format)
     local missing=()
     # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
     command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
