@@ -29,6 +29,15 @@ root_sources() {
         "${security:-http://security.debian.org/debian-security}" "$SUITE-security"
 }
 
+# The packages the host's apt has downloaded, linked into DIR (an apt or debootstrap cache), so
+# that a root reuses them instead of downloading them again: the same versions from the same
+# mirror, checked against the same signed indexes. The root's apt-get clean removes its links.
+host_debs() {
+    local dir=$1
+    mkdir -p "$dir"
+    find /var/cache/apt/archives -maxdepth 1 -name '*.deb' -exec cp -l -n -t "$dir" {} + 2>/dev/null || true
+}
+
 in_root() {
     local root=$1; shift
     chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -69,7 +78,10 @@ package_root() {
         rm -rf "$root.tmp" "$root"
         if [ "$base" = - ]; then
             say "making the $SUITE root $root (debootstrap from $mirror, once; later runs reuse it)"
-            debootstrap --variant=minbase "$SUITE" "$root.tmp" "$mirror" >"$ROOTS/$name.log" 2>&1 \
+            mkdir -p "$ROOTS/.debs"
+            host_debs "$ROOTS/.debs"
+            debootstrap --variant=minbase --cache-dir="$ROOTS/.debs" "$SUITE" "$root.tmp" "$mirror" \
+                >"$ROOTS/$name.log" 2>&1 \
                 || { tail -20 "$ROOTS/$name.log"; flock -u "$lock"; return 1; }
             # No service starts inside the root while packages are installed.
             printf '#!/bin/sh\nexit 101\n' > "$root.tmp/usr/sbin/policy-rc.d"
@@ -82,6 +94,7 @@ package_root() {
             rm -f "$root.tmp/.complete"
         fi
         mount_root "$root.tmp"
+        host_debs "$root.tmp/var/cache/apt/archives"
         if ! { in_root "$root.tmp" apt-get update -q \
                && in_root "$root.tmp" apt-get dist-upgrade -y -q \
                && in_root "$root.tmp" apt-get install -y -q --no-install-recommends "$@"; } \
