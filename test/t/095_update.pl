@@ -164,7 +164,7 @@ for my $t (sort keys %before)
 	my @kept = grep { $now{$_} } @{ $before{$t}{columns} };
 	my $rows = () = $before{$t}{rows} =~ /^/mg;
 	$rows = 0 if $before{$t}{rows} eq '';
-	is(contents('postgres', $t, @kept), $before{$t}{rows}, "$t: the same $rows rows");
+	is(contents('postgres', $t, @kept), $before{$t}{rows}, "$t: the same rows ($rows)");
 }
 
 # The worker settles its 0.1.0 lease with its 0.1.0 fence, in the session it claimed in.
@@ -209,7 +209,7 @@ sub dump_schema
 	my ($db, @opts) = @_;
 	my $file = $node->basedir . "/$db" . join('', @opts) . '.sql';
 	$node->command_ok([ 'pg_dump', '--schema-only', '--no-sync', @no_statistics, @opts, '-f', $file,
-		'-d', $node->connstr($db) ], "pg_dump --schema-only @opts $db");
+		'-d', $node->connstr($db) ], join(' ', 'pg_dump --schema-only', @opts, $db));
 	my $sql = slurp_file($file);
 	$sql =~ s/^(SELECT pg_catalog\.binary_upgrade_set_next_\w+)\('[^']*'::pg_catalog\.\w+(\[\])?\);$/$1(<id>);/mg;
 	$sql =~ s/^(SET relfrozenxid = )'\d+', (relminmxid = )'\d+'$/$1'<xid>', $2'<mxid>'/mg;
@@ -241,7 +241,7 @@ for my $opts ([], ['--binary-upgrade'])
 {
 	my ($upgraded, $fresh) = map { dump_schema($_, @$opts) } ('postgres', 'fresh');
 	my $lines = () = $fresh =~ /\n/g;
-	ok($upgraded eq $fresh, "pg_dump --schema-only @$opts: upgraded = fresh ($lines lines)")
+	ok($upgraded eq $fresh, join(' ', 'pg_dump --schema-only', @$opts) . ": upgraded = fresh ($lines lines)")
 	  or diag(first_difference($upgraded, $fresh));
 }
 # The binary-upgrade dump holds the members themselves: sanity, so that an empty dump cannot pass.
