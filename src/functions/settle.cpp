@@ -12,6 +12,7 @@
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -28,7 +29,7 @@ Statement complete = {
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
-#define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
+#define LAST_ATTEMPT "j.attempts >= " JOBCAP_CAP
 Statement fail = {
     "WITH failed AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
