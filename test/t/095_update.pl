@@ -47,8 +47,19 @@ $node->safe_psql('postgres', q{
     SELECT jobcap.grant_queue('q', 'w1');
     SELECT jobcap.grant_queue('dead', 'jobcap_worker');
 });
-my $worker = $node->background_psql('postgres', extra_params => [ '-U', 'w1' ]);
-my $w = sub { $worker->query_safe(shift) };
+# w1's session stays open from its first claim under 0.1.0 to its completion under the new
+# version. Until ALTER EXTENSION jobcap UPDATE, the new library serves the 0.1.0 schema (the
+# README's "Upgrading"): a call that fails there fails this test with its error.
+my $worker = $node->background_psql('postgres', extra_params => [ '-U', 'w1' ], on_error_stop => 0);
+my $w = sub {
+	my ($query) = @_;
+	my $out = $worker->query($query);
+	return $out if $worker->{stderr} eq '';
+	my $at = $node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'jobcap'");
+	fail("as w1, on the schema of jobcap $at: $query");
+	diag($worker->{stderr});
+	die "w1's call failed on the $at schema\n";
+};
 
 # succeeded
 $w->(q{SELECT jobcap.enqueue_job('q', '{"state": "succeeded"}', priority => -3)});
