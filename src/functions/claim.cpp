@@ -2,7 +2,10 @@
 // one of these statements, and each is ONE statement that locks, counts and caps:
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
-// run past its cap, and the count is committed before any work starts.
+// run past its cap, and the count is committed before any work starts. Should the claiming
+// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// with jobcap preloaded, the reaper counts their attempts anyway.
+#include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -125,8 +128,10 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
                        queue.datum,
                        Int32GetDatum(batch),
                        caller_param(access, &nulls[5])};
+    reserve_claims(batch);
     spi_open(access);
     uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -155,10 +160,12 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
                        queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
     char done_nulls[5] = {' ', ' ', ' ', nulls[5], '\0'};
     Datum done[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5]};
+    reserve_claims(batch);
     spi_open(access);
     if (execute(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
     uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -178,8 +185,10 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
     Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
                        Int64GetDatum(job_id), caller_param(access, &nulls[4])};
+    reserve_claims(1);
     spi_open(access);
     uint64 rows = execute(statements::claim_one, values, nulls, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_job(access, function, job_id);
     return_claimed(fcinfo, rows);

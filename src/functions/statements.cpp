@@ -23,6 +23,7 @@ const Named kStatements[] = {
     {"heartbeat", &statements::heartbeat},
     {"assert_fence", &statements::assert_current},
     {"reap_jobs", &statements::reap_cohort},
+    {"count_rolled_back_claim", &statements::count_rolled_back},
     {"queue_stats", &statements::queue_stats},
     {"refresh_stats", &statements::refresh_stats},
 };
