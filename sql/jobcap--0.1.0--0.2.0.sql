@@ -36,12 +36,13 @@ SELECT j.job_id, j.queue, j.attempts, coalesce(j.max_attempts, q.max_attempts) A
  WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
 
 -- Without the preload there is no shared memory to keep rolled-back claims in: say so at
--- install (and upgrade) time. The ring is allocated exactly when jobcap is preloaded.
+-- install (and upgrade) time, beside the warning about the worker (a WARNING: extension
+-- scripts hide notices). The ring is allocated exactly when jobcap is preloaded.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_shmem_allocations s
                     WHERE s.name OPERATOR(pg_catalog.=) 'jobcap rolled-back claims') THEN
-        RAISE NOTICE 'jobcap is not preloaded: a claim whose transaction rolls back does not count its attempt'
+        RAISE WARNING 'jobcap is not preloaded: a claim whose transaction rolls back does not count its attempt'
             USING DETAIL = 'BEGIN; claim; ROLLBACK undoes the attempt count, so a job whose claims '
                            'keep rolling back never reaches its cap.',
                   HINT = 'Add jobcap to shared_preload_libraries and restart the server, and '
