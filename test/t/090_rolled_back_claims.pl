@@ -151,4 +151,30 @@ ok(defined wait_until($node, "SELECT state = 'pending' AND attempts = 1 FROM job
 	'the refused transaction\'s claim is counted');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'nothing prepared');
 
+# The ring's limits. A database no reaper serves keeps its rolled-back claims uncounted in the
+# ring; one transaction rolling back more claims than the ring holds (8192) loses the rest, and
+# a reaper says so. Newer entries overwrite the oldest, so the served database is still counted.
+$node->safe_psql('postgres', 'CREATE DATABASE unserved');
+$node->safe_psql('unserved', q{
+    CREATE EXTENSION jobcap;
+    SELECT jobcap.create_queue('big', max_attempts => 5);
+    SELECT cardinality(jobcap.enqueue_jobs('big', array_fill('{}'::jsonb, ARRAY[9000])));
+});
+my $log_offset = -s $node->logfile;
+is($node->safe_psql('unserved', q{
+    BEGIN;
+    SELECT count(*) FROM jobcap.claim_job('big', 'w-big', 9000);
+    ROLLBACK;}), '9000', 'one transaction claimed 9000 jobs and rolled back');
+ok($node->wait_for_log(qr/LOG:  jobcap lost 808 rolled-back claims without counting their attempts/, $log_offset),
+	'a reaper logs the 808 claims the ring could not hold');
+is($node->safe_psql('unserved', 'SELECT count(*) FROM jobcap.jobs WHERE attempts > 0'), '0',
+	'no reaper serves the database: nothing counted there');
+my $late = $node->safe_psql('postgres', "SELECT jobcap.enqueue_job('sql')");
+$node->safe_psql('postgres', qq{
+    BEGIN;
+    SELECT jobcap.claim_job_by_id($late, 'w-late');
+    ROLLBACK;});
+ok(defined wait_until($node, "SELECT attempts = 1 FROM jobcap.jobs WHERE job_id = $late"),
+	'with the ring full, a new rolled-back claim is still counted');
+
 done_testing();
