@@ -126,7 +126,7 @@ $node->safe_psql('postgres', q{
     ROLLBACK;});
 ok(defined wait_until($node, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity
     WHERE backend_type = 'jobcap reaper' AND datname = 'postgres'"),
-	'the reaper\'s count waits for the lock');
+	'the reaper is held up by the lock');
 my $claimed = $node->safe_psql('postgres',
 	"SELECT attempt || ' ' || fence FROM jobcap.claim_job('cas', 'w-committed')");
 like($claimed, qr/^1 \d+$/, 'the committed claim is attempt 1');
