@@ -34,7 +34,6 @@ extern "C" {
 
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
-#include "spi/statements.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -42,7 +41,8 @@ namespace statements {
 #define CAP "coalesce(j.max_attempts, q.max_attempts)"
 
 // $1 = job, $2 = the fence the rolled-back claim handed out, $3 = now, $4 = its worker.
-Statement count_rolled_back = {
+JOBCAP_STATEMENT(
+    count_rolled_back_claim,
     "WITH counted AS (UPDATE jobcap.jobs j SET attempts = j.attempts + 1,"
     "     state = CASE WHEN j.attempts + 1 >= " CAP
     "       THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
@@ -55,9 +55,7 @@ Statement count_rolled_back = {
     "  RETURNING j.job_id, j.queue, j.attempts, $2 AS fence, j.worker, "
     "j.state)," JOBCAP_HISTORY_CTES("counted", "'claim_rolled_back'", "'claim rolled back'",
                                     "$3") " SELECT state = 'dead' FROM counted",
-    4,
-    {INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID},
-    nullptr};
+    {INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID});
 
 #undef CAP
 
@@ -324,10 +322,10 @@ uint64 rolled_back_lost_unreported()
 
 bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead)
 {
-    Datum values[4] = {Int64GetDatum(claim.job_id), Int64GetDatum(claim.fence),
-                       TimestampTzGetDatum(GetCurrentTimestamp()),
-                       CStringGetTextDatum(claim.worker)};
-    uint64 rows = execute(statements::count_rolled_back, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(Int64GetDatum(claim.job_id)).add(Int64GetDatum(claim.fence));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(CStringGetTextDatum(claim.worker));
+    uint64 rows = execute(statements::count_rolled_back_claim, p, SPI_OK_SELECT);
     *went_dead = rows > 0 && DatumGetBool(result_column(0, 1));
     return rows > 0;
 }
