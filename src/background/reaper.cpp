@@ -20,12 +20,14 @@
 extern "C" {
 #include "storage/lock.h"
 #include "access/xlog.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/memutils.h"
@@ -147,7 +149,16 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
         SPI_connect();
         PushActiveSnapshot(GetTransactionSnapshot());
         pgstat_report_activity(STATE_RUNNING, activity);
-        if (!OidIsValid(get_extension_oid("jobcap", true))) {
+        // A DROP EXTENSION in progress holds its extension's lock until it commits: take the
+        // lock (waiting for such a drop) and look again, so that no step runs into tables
+        // dropped under it.
+        Oid extension = get_extension_oid("jobcap", true);
+        if (OidIsValid(extension)) {
+            LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+            if (get_extension_oid("jobcap", true) != extension)
+                extension = InvalidOid;
+        }
+        if (!OidIsValid(extension)) {
             outcome = Outcome::absent;
         } else {
             enable_timeout_after(STATEMENT_TIMEOUT, kStatementTimeoutMs);
