@@ -155,8 +155,11 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 
 # ring; one transaction rolling back more claims than the ring holds (8192) loses the rest, and
 # a reaper says so. Newer entries overwrite the oldest, so the served database is still counted.
 $node->safe_psql('postgres', 'CREATE DATABASE unserved');
+my ($install_rc, $install_out, $install_err) = $node->psql('unserved', 'CREATE EXTENSION jobcap');
+like($install_err, qr/no jobcap background worker serves database "unserved"/,
+	'CREATE EXTENSION warns that no worker serves the database');
+unlike($install_err, qr/not preloaded/, '... but not that jobcap is not preloaded');
 $node->safe_psql('unserved', q{
-    CREATE EXTENSION jobcap;
     SELECT jobcap.create_queue('big', max_attempts => 5);
     SELECT cardinality(jobcap.enqueue_jobs('big', array_fill('{}'::jsonb, ARRAY[9000])));
 });
