@@ -32,32 +32,29 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "spi/cap.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 
 namespace jobcap {
 namespace statements {
 
-#define CAP "coalesce(j.max_attempts, q.max_attempts)"
-
 // $1 = job, $2 = the fence the rolled-back claim handed out, $3 = now, $4 = its worker.
 JOBCAP_STATEMENT(
     count_rolled_back_claim,
     "WITH counted AS (UPDATE jobcap.jobs j SET attempts = j.attempts + 1,"
-    "     state = CASE WHEN j.attempts + 1 >= " CAP
+    "     state = CASE WHEN j.attempts + 1 >= " JOBCAP_CAP
     "       THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
-    "     finished_at = CASE WHEN j.attempts + 1 >= " CAP
+    "     finished_at = CASE WHEN j.attempts + 1 >= " JOBCAP_CAP
     " THEN $3 END,"
     "     worker = $4"
     "   FROM jobcap.queues q"
     "  WHERE j.job_id = $1 AND q.queue = j.queue AND j.state = 'pending' AND j.fence < $2"
-    "    AND j.attempts < " CAP
+    "    AND j.attempts < " JOBCAP_CAP
     "  RETURNING j.job_id, j.queue, j.attempts, $2 AS fence, j.worker, "
     "j.state)," JOBCAP_HISTORY_CTES("counted", "'claim_rolled_back'", "'claim rolled back'",
                                     "$3") " SELECT state = 'dead' FROM counted",
     {INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID});
-
-#undef CAP
 
 }  // namespace statements
 

@@ -10,6 +10,7 @@
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
 #include "functions/stats.hpp"
+#include "spi/cap.hpp"
 
 namespace jobcap {
 namespace {
@@ -32,7 +33,8 @@ JOBCAP_STATEMENT(
     "'claim_rolled_back')"
     "     AND ($1::text IS NULL OR e.queue = $1)"
     "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
-    " SELECT f.job_id, j.queue, j.state, j.attempts, coalesce(j.max_attempts, q.max_attempts),"
+    " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
+    ","
     "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
     "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
     "       THEN left(e.error, " LAST_ERROR_CHARS
@@ -66,7 +68,7 @@ JOBCAP_STATEMENT(
 // stays dead and is not counted.
 JOBCAP_STATEMENT(requeue_dead, "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"
     " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
-    "     max_attempts = j.attempts + coalesce($7, q.max_attempts),"
+    "     max_attempts = j.attempts + coalesce($7, q.max_attempts), cap_epoch = q.cap_epoch,"
     "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"
     "   FROM jobcap.queues q"
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"
