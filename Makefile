@@ -23,6 +23,7 @@ DATA = $(wildcard $(srcdir)/sql/jobcap--*.sql)
 # Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
 # test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
+          controls \
           stats stats_scale no_preload privileges hijack hostile_input install hot
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap

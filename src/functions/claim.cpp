@@ -3,6 +3,12 @@
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts.
+//
+// Queue controls are read inside the same statements: a paused queue hands out nothing, and a
+// queue with max_running hands out only what fits. The common case (neither) costs one
+// one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
+// queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
+// snapshot, and claims at most the difference.
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -31,43 +37,157 @@ namespace statements {
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                     \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
-    "    AND (j.state = 'pending' AND j.run_at <= $1"                                              \
+    "    AND (j.state = 'pending' AND j.run_at <= $1 AND NOT q.paused"                             \
     "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                  \
     "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"         \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
-// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
-// the row: it runs once, as a one-time filter before the scan.
-Statement claim_batch = {
-    "WITH cohort AS MATERIALIZED ("
-    "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
-    "     AND " JOBCAP_MAY_WORK("$6", "$4")
-    "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
-    "   ORDER BY j.priority, j.run_at, j.job_id"
-    "   LIMIT $5"
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
-    CLAIM_THE_COHORT,
-    6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr, true};
+// The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
+// claims, which run under the queue's row lock). A missing queue passes neither.
+#define QUEUE_OPEN(QUEUE)                                                                          \
+    "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
+    "  WHERE q.queue = " QUEUE ") IS TRUE"
+#define QUEUE_NOT_PAUSED(QUEUE)                                                                    \
+    "(SELECT NOT q.paused FROM jobcap.queues q WHERE q.queue = " QUEUE ") IS TRUE"
+
+// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check and the queue's
+// controls do not depend on the row: each runs once, as a one-time filter before the scan.
+#define CLAIM_BATCH(GATE)                                                                          \
+    "WITH cohort AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
+    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE                                           \
+    "     AND j.attempts < coalesce(j.max_attempts,"                                               \
+    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"                  \
+    "   ORDER BY j.priority, j.run_at, j.job_id"                                                   \
+    "   LIMIT $5"                                                                                  \
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+
+Statement claim_batch = {CLAIM_BATCH(QUEUE_OPEN("$4")),
+                         6,
+                         {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                         nullptr,
+                         true};
+
+// The same for a capped queue, run under its row lock with $5 = what fits.
+Statement claim_batch_capped = {CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
+                                6,
+                                {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                                nullptr,
+                                true};
 
 // $4 = job_id, $5 = caller (NULL: privileged).
-Statement claim_one = {
-    "WITH cohort AS MATERIALIZED ("
-    "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
-    "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
-    "     AND " JOBCAP_MAY_WORK(
-        "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
-    5,
-    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
-    nullptr,
-    true};
+#define CLAIM_ONE(GATE)                                                                            \
+    "WITH cohort AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
+    "     AND j.attempts < coalesce(j.max_attempts,"                                               \
+    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"             \
+    "     AND " JOBCAP_MAY_WORK("$5", "j.queue") " AND " GATE                                      \
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+
+Statement claim_one = {CLAIM_ONE(QUEUE_OPEN("j.queue")),
+                       5,
+                       {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
+                       nullptr,
+                       true};
+
+Statement claim_one_capped = {CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue")),
+                              5,
+                              {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
+                              nullptr,
+                              true};
+
+// A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
+// wait for it too), then count its running jobs with a fresh snapshot: every claim that went
+// before has committed, and its jobs are counted. Every running job holds its slot, a lease that
+// expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
+// lease, so it is not a free slot. $1 = queue.
+Statement lock_capped_queue = {
+    "SELECT q.paused, q.max_running FROM jobcap.queues q WHERE q.queue = $1"
+    " FOR NO KEY UPDATE OF q",
+    1,
+    {TEXTOID},
+    nullptr};
+
+Statement count_running = {
+    "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1",
+    1,
+    {TEXTOID},
+    nullptr};
 
 }  // namespace statements
 
 namespace {
+
+// After a claim of queue $1 found nothing: the queue's controls, and whether the caller ($2)
+// may work it. No row: no such queue.
+Statement queue_controls = {
+    "SELECT q.paused, q.max_running, " JOBCAP_MAY_WORK("$2", "$1") " FROM jobcap.queues q"
+    " WHERE q.queue = $1",
+    2,
+    {TEXTOID, OIDOID},
+    nullptr,
+    false,
+    true};
+
+// After claim_job_by_id found nothing (and check_job passed): the job's queue and its controls.
+Statement job_queue_controls = {
+    "SELECT q.queue, q.paused, q.max_running FROM jobcap.jobs j"
+    "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1",
+    1,
+    {INT8OID},
+    nullptr};
+
+// How many more jobs queue may start now, under its row lock (taken here, held to commit):
+// 0 when it is paused or full; -1 when it has no cap (any more).
+int32 capped_room(Datum queue)
+{
+    Datum values[1] = {queue};
+    if (execute(statements::lock_capped_queue, values, nullptr, SPI_OK_SELECT) == 0)
+        return 0;
+    if (DatumGetBool(result_column(0, 1)))
+        return 0;
+    bool uncapped = false;
+    int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
+    if (uncapped)
+        return -1;
+    execute_fresh(statements::count_running, values, nullptr, SPI_OK_SELECT);
+    int32 running = DatumGetInt32(result_column(0, 1));
+    return running >= cap ? 0 : cap - running;
+}
+
+// claim_job and complete_and_claim: the claim of values (claim_batch's parameters). Returns how
+// many rows SPI_tuptable holds; raises for a queue that does not exist or is not the caller's.
+uint64 claim_from_queue(const Access& access, const char* function, Datum* values,
+                        const char* nulls, const NameArg& queue)
+{
+    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    if (rows > 0)
+        return rows;
+    Datum check[2] = {queue.datum, values[5]};
+    char check_nulls[3] = {' ', nulls[5], '\0'};
+    if (execute(queue_controls, check, check_nulls, SPI_OK_SELECT) == 0) {
+        check_queue(access, function, queue.datum, queue.cstr);
+        return 0;
+    }
+    if (!DatumGetBool(result_column(0, 3)))
+        deny_queue(function, queue.cstr);
+    bool uncapped = false;
+    result_column(0, 2, &uncapped);
+    if (DatumGetBool(result_column(0, 1)) || uncapped)
+        return 0;
+    int32 room = capped_room(queue.datum);
+    if (room < 0)  // the cap was lifted meanwhile
+        return execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    if (room == 0)
+        return 0;
+    Datum capped[6];
+    for (int i = 0; i < 6; ++i)
+        capped[i] = values[i];
+    capped[4] = Int32GetDatum(Min(DatumGetInt32(values[4]), room));
+    return execute(statements::claim_batch_capped, capped, nulls, SPI_OK_UPDATE_RETURNING);
+}
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work (the
 // incident's loop). Inside a savepoint or an exception block it always would: refuse there.
@@ -126,9 +246,7 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
                        Int32GetDatum(batch),
                        caller_param(access, &nulls[5])};
     spi_open(access);
-    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
-        check_queue(access, function, queue.datum, queue.cstr);
+    uint64 rows = claim_from_queue(access, function, values, nulls, queue);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -136,7 +254,8 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
 
 // One commit per job instead of two: the previous job's completion (the same compare-and-swap
 // as complete_job) and the next claim run in the caller's one transaction. A stale fence raises
-// JC001 before anything is claimed.
+// JC001 before anything is claimed. output (new in 0.2.0; the 0.1.0 declaration passes six
+// arguments) is kept with the completed job as complete_job keeps it.
 JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
@@ -153,14 +272,14 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
     Datum values[6] = {now,         worker.datum,         lease,
                        queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
-    char done_nulls[5] = {' ', ' ', ' ', nulls[5], '\0'};
-    Datum done[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5]};
+    bool no_output = PG_NARGS() < 7 || PG_ARGISNULL(6);
+    char done_nulls[6] = {' ', ' ', ' ', nulls[5], no_output ? 'n' : ' ', '\0'};
+    Datum done[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5],
+                     no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6))};
     spi_open(access);
     if (execute(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
-    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
-        check_queue(access, function, queue.datum, queue.cstr);
+    uint64 rows = claim_from_queue(access, function, values, nulls, queue);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -180,8 +299,23 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
                        Int64GetDatum(job_id), caller_param(access, &nulls[4])};
     spi_open(access);
     uint64 rows = execute(statements::claim_one, values, nulls, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
+    if (rows == 0) {
         check_job(access, function, job_id);
+        // Not claimed: not claimable, its queue paused, or its queue capped (then try again
+        // under the queue's row lock when there is room).
+        Datum id[1] = {values[3]};
+        if (execute(job_queue_controls, id, nullptr, SPI_OK_SELECT) > 0) {
+            bool uncapped = false;
+            Datum queue = result_column(0, 1);
+            result_column(0, 3, &uncapped);
+            if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
+                int32 room = capped_room(queue);
+                if (room != 0)
+                    rows = execute(room < 0 ? statements::claim_one : statements::claim_one_capped,
+                                   values, nulls, SPI_OK_UPDATE_RETURNING);
+            }
+        }
+    }
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;

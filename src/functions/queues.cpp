@@ -1,4 +1,4 @@
-// create_queue, alter_queue, drop_queue.
+// create_queue, alter_queue, drop_queue, pause_queue, resume_queue.
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -9,11 +9,13 @@
 namespace jobcap {
 namespace {
 
+// $7 = max_running: NULL or 0 for no limit.
 Statement insert_queue = {
-    "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify)"
-    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue) DO NOTHING",
-    6,
-    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID},
+    "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
+    "   max_running)"
+    " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
+    7,
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID},
     nullptr};
 
 // alter_queue checks the merged backoff settings under this row lock, then writes them.
@@ -26,11 +28,20 @@ Statement lock_queue = {
 Statement update_queue = {
     "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
     " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
-    " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
+    " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"
+    " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
     " WHERE queue = $1",
-    6,
-    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID},
+    7,
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID},
     nullptr};
+
+// pause_queue and resume_queue: the flag as it was, under the row lock (a capped queue's claim
+// in flight holds it: the change waits for that claim to commit).
+Statement lock_paused = {
+    "SELECT paused FROM jobcap.queues WHERE queue = $1 FOR NO KEY UPDATE", 1, {TEXTOID}, nullptr};
+
+Statement set_paused = {
+    "UPDATE jobcap.queues SET paused = $2 WHERE queue = $1", 2, {TEXTOID, BOOLOID}, nullptr};
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
 // check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
@@ -84,6 +95,34 @@ void queue_settings(FunctionCallInfo fcinfo, Datum* values, char* nulls)
     nulls[4] = is_null ? 'n' : ' ';
     values[5] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
     nulls[5] = PG_ARGISNULL(5) ? 'n' : ' ';
+    // max_running is new in 0.2.0: the 0.1.0 declarations pass six arguments.
+    nulls[6] = 'n';
+    values[6] = (Datum) 0;
+    if (PG_NARGS() > 6 && !PG_ARGISNULL(6)) {
+        int32 cap = PG_GETARG_INT32(6);
+        if (cap < 0 || cap > core::kMaxRunning)
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("max_running must be between 0 and %d, not %d",
+                            static_cast<int>(core::kMaxRunning), cap),
+                     errhint("0 (or NULL when creating the queue) means no limit.")));
+        values[6] = Int32GetDatum(cap);
+        nulls[6] = ' ';
+    }
+}
+
+// pause_queue and resume_queue: sets the flag; false when it was set already.
+bool set_queue_paused(Access& access, NameArg queue, bool paused)
+{
+    Datum values[2] = {queue.datum, BoolGetDatum(paused)};
+    spi_open(access);
+    if (execute(lock_paused, values, nullptr, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(queue.cstr);
+    bool changed = DatumGetBool(result_column(0, 1)) != paused;
+    if (changed)
+        execute(set_paused, values, nullptr, SPI_OK_UPDATE);
+    spi_close(access);
+    return changed;
 }
 
 void check_backoff(Datum base, Datum max)
@@ -101,8 +140,8 @@ using namespace jobcap;
 JOBCAP_FUNCTION(create_queue, Duty::operator_)
 {
     NameArg queue = arg_queue(fcinfo, 0);
-    Datum values[6];
-    char nulls[7] = "      ";
+    Datum values[7];
+    char nulls[8] = "       ";
     values[0] = queue.datum;
     queue_settings(fcinfo, values, nulls);
     // Every setting but the cap is required here: their defaults are in the signature.
@@ -129,8 +168,8 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
 JOBCAP_FUNCTION(alter_queue, Duty::operator_)
 {
     NameArg queue = arg_queue(fcinfo, 0);
-    Datum values[6];
-    char nulls[7] = "      ";
+    Datum values[7];
+    char nulls[8] = "       ";
     values[0] = queue.datum;
     queue_settings(fcinfo, values, nulls);
 
@@ -171,4 +210,18 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     execute(delete_queue, values, nullptr, SPI_OK_DELETE);
     spi_close(access);
     PG_RETURN_VOID();
+}
+
+// A paused queue hands out nothing (every claim reads the flag in the statement that claims);
+// running jobs settle normally and enqueue still works.
+JOBCAP_FUNCTION(pause_queue, Duty::operator_)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    PG_RETURN_BOOL(set_queue_paused(access, queue, true));
+}
+
+JOBCAP_FUNCTION(resume_queue, Duty::operator_)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    PG_RETURN_BOOL(set_queue_paused(access, queue, false));
 }

@@ -16,12 +16,14 @@
 namespace jobcap {
 namespace statements {
 
+// $5 = output (already bounded: kept_output), NULL for none.
 Statement complete = {
-    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
+    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"
+    "   output = $5"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
-    4,
-    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID},
+    5,
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID},
     nullptr,
     false,
     true};
@@ -49,12 +51,13 @@ Statement fail = {
 // order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
 // twice, once with a stale fence, still raises); the caller then raises, and nothing of the batch
 // commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
-// is not settled either, and raise_not_current then refuses it with 42501.
+// is not settled either, and raise_not_current then refuses it with 42501. $5 = outputs (NULL:
+// none; else as long as $1, each already bounded).
 Statement complete_many = {
-    "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY"
-    "                 AS i(job_id, fence, n)),"
+    "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[]) WITH ORDINALITY"
+    "                 AS i(job_id, fence, output, n)),"
     " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
-    "     lease_expires_at = NULL"
+    "     lease_expires_at = NULL, output = i.output"
     "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
     "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
     "   RETURNING j.job_id, j.fence)"
@@ -63,7 +66,7 @@ Statement complete_many = {
     "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
     "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
     "      ORDER BY i.n LIMIT 1) m ON true",
-    4, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID}, nullptr, true};
+    5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, nullptr, true};
 
 // A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now,
 // $5 = caller.
@@ -109,19 +112,47 @@ Datum compare_and_swap(Access& access, Statement& s, const char* function, int64
     return result;
 }
 
+// complete_jobs' outputs, each bounded as complete_job bounds one; NULL elements stay NULL.
+Datum kept_outputs(ArrayType* outputs, int count)
+{
+    if (ARR_NDIM(outputs) > 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outputs must be a one-dimensional array")));
+    Datum* elems = nullptr;
+    bool* nulls = nullptr;
+    int n = 0;
+    deconstruct_array(outputs, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+    if (n != count)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outputs must be NULL or have one element per job"),
+                        errdetail("%d job ids, %d outputs.", count, n)));
+    for (int i = 0; i < n; ++i)
+        if (!nulls[i])
+            elems[i] = kept_output(elems[i]);
+    if (n == 0)
+        return PointerGetDatum(outputs);
+    int dims[1] = {n};
+    int lbs[1] = {1};
+    return PointerGetDatum(
+        construct_md_array(elems, nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+}
+
 }  // namespace
 
 }  // namespace jobcap
 
 using namespace jobcap;
 
+// The output argument is new in 0.2.0: the 0.1.0 declaration passes two arguments.
 JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
     int64 fence = arg_fence(fcinfo, 1);
-    char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
-    Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3])};
+    bool no_output = PG_NARGS() < 3 || PG_ARGISNULL(2);
+    char nulls[6] = {' ', ' ', ' ', ' ', no_output ? 'n' : ' ', '\0'};
+    Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3]),
+                       no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2))};
 
     return compare_and_swap(access, statements::complete, function, job_id, fence, values, nulls,
                             SPI_OK_UPDATE_RETURNING);
@@ -189,9 +220,15 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
                 (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                  errmsg("cannot complete %d jobs in one call", count),
                  errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
-    char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
-    Datum values[4] = {PointerGetDatum(ids), PointerGetDatum(fences),
-                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3])};
+    // outputs is new in 0.2.0 (the 0.1.0 declaration passes two arguments): NULL or one per job.
+    Datum outputs = (Datum) 0;
+    bool no_outputs = PG_NARGS() < 3 || PG_ARGISNULL(2);
+    if (!no_outputs)
+        outputs = kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
+    char nulls[6] = {' ', ' ', ' ', ' ', no_outputs ? 'n' : ' ', '\0'};
+    Datum values[5] = {PointerGetDatum(ids), PointerGetDatum(fences),
+                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3]),
+                       outputs};
 
     spi_open(access);
     execute(statements::complete_many, values, nulls, SPI_OK_SELECT);

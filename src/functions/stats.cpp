@@ -82,7 +82,7 @@ Statement queue_stats = {
     "   coalesce(d.n, 0), coalesce(c.succeeded, 0), coalesce(c.cancelled, 0),"
     "   coalesce(f.attempts, 0), coalesce(f.jobs, 0), coalesce(f.lost, 0), coalesce(f.crashed, 0),"
     "   coalesce(d.new, 0), l.bins, l.jobs, extract(epoch FROM $3 - p.oldest)::float8,"
-    "   (SELECT s.counted_until FROM jobcap.stats_progress s)"
+    "   (SELECT s.counted_until FROM jobcap.stats_progress s), q.paused, q.max_running"
     "  FROM jobcap.queues q"
     "  LEFT JOIN pend p ON p.queue = q.queue LEFT JOIN run r ON r.queue = q.queue"
     "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"
@@ -232,6 +232,10 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
         s.has_oldest = !no_oldest;
         s.oldest_pending_sec = no_oldest ? 0.0 : DatumGetFloat8(oldest);
         w.counted_until = DatumGetTimestampTz(result_column(r, 16));
+        s.paused = DatumGetBool(result_column(r, 17));
+        bool uncapped = false;
+        Datum cap = result_column(r, 18, &uncapped);
+        s.max_running = uncapped ? 0 : DatumGetInt32(cap);
     }
     if (rows == 0) {
         // No queue: the watermark still tells whether counting runs.
@@ -280,8 +284,8 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
     spi_close(access);
     for (uint64 r = 0; r < rows; ++r) {
         const QueueStats& s = stats[r];
-        Datum v[18];
-        bool nulls[18] = {};
+        Datum v[20];
+        bool nulls[20] = {};
         v[0] = CStringGetTextDatum(s.queue);
         v[1] = Int64GetDatum(s.pending);
         v[2] = Int64GetDatum(s.scheduled);
@@ -304,6 +308,10 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
         v[15] = TimestampTzGetDatum(w.since);
         v[16] = TimestampTzGetDatum(w.until);
         v[17] = TimestampTzGetDatum(w.counted_until);
+        // paused and max_running: columns of the 0.2.0 declaration only.
+        v[18] = BoolGetDatum(s.paused);
+        v[19] = Int32GetDatum(s.max_running);
+        nulls[19] = s.max_running == 0;
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     }
     return (Datum) 0;

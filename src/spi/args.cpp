@@ -126,6 +126,16 @@ Datum arg_payload(FunctionCallInfo fcinfo, int n)
     return payload;
 }
 
+Datum kept_output(Datum output)
+{
+    // The size as stored before compression, read from the header: no detoasting.
+    Size size = toast_raw_datum_size(output) - VARHDRSZ;
+    if (size <= static_cast<Size>(guc_max_output_bytes))
+        return output;
+    char* marker = psprintf("{\"truncated\": true, \"bytes\": %zu}", static_cast<size_t>(size));
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum(marker));
+}
+
 Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what)
 {
     core::Problem p = core::check_not_null(what, PG_ARGISNULL(n));

@@ -9,6 +9,10 @@ extern Statement insert_job;      // enqueue.cpp
 extern Statement insert_jobs;     // enqueue.cpp
 extern Statement claim_batch;     // claim.cpp
 extern Statement claim_one;       // claim.cpp
+extern Statement claim_batch_capped;  // claim.cpp: a queue with max_running
+extern Statement claim_one_capped;    // claim.cpp
+extern Statement lock_capped_queue;   // claim.cpp
+extern Statement count_running;       // claim.cpp
 extern Statement complete;        // settle.cpp
 extern Statement complete_many;   // settle.cpp
 extern Statement fail;            // settle.cpp
