@@ -56,12 +56,13 @@ namespace statements {
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
-    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE                                           \
-    "     AND j.attempts < coalesce(j.max_attempts,"                                               \
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"                  \
-    "   ORDER BY j.priority, j.run_at, j.job_id"                                                   \
-    "   LIMIT $5"                                                                                  \
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+    "     AND " JOBCAP_MAY_WORK(                                                                   \
+        "$6", "$4") " AND " GATE                                                                   \
+                    "     AND j.attempts < coalesce(j.max_attempts,"                               \
+                    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"  \
+                    "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
+                    "   LIMIT $5"                                                                  \
+                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
 
 Statement claim_batch = {CLAIM_BATCH(QUEUE_OPEN("$4")),
                          6,
@@ -83,8 +84,8 @@ Statement claim_batch_capped = {CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
     "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
     "     AND j.attempts < coalesce(j.max_attempts,"                                               \
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"             \
-    "     AND " JOBCAP_MAY_WORK("$5", "j.queue") " AND " GATE                                      \
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+    "     AND " JOBCAP_MAY_WORK(                                                                   \
+        "$5", "j.queue") " AND " GATE "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
 
 Statement claim_one = {CLAIM_ONE(QUEUE_OPEN("j.queue")),
                        5,

@@ -101,11 +101,10 @@ void queue_settings(FunctionCallInfo fcinfo, Datum* values, char* nulls)
     if (PG_NARGS() > 6 && !PG_ARGISNULL(6)) {
         int32 cap = PG_GETARG_INT32(6);
         if (cap < 0 || cap > core::kMaxRunning)
-            ereport(ERROR,
-                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                     errmsg("max_running must be between 0 and %d, not %d",
-                            static_cast<int>(core::kMaxRunning), cap),
-                     errhint("0 (or NULL when creating the queue) means no limit.")));
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("max_running must be between 0 and %d, not %d",
+                                   static_cast<int>(core::kMaxRunning), cap),
+                            errhint("0 (or NULL when creating the queue) means no limit.")));
         values[6] = Int32GetDatum(cap);
         nulls[6] = ' ';
     }

@@ -5,21 +5,21 @@
 
 namespace jobcap::statements {
 
-extern Statement insert_job;      // enqueue.cpp
-extern Statement insert_jobs;     // enqueue.cpp
-extern Statement claim_batch;     // claim.cpp
-extern Statement claim_one;       // claim.cpp
+extern Statement insert_job;          // enqueue.cpp
+extern Statement insert_jobs;         // enqueue.cpp
+extern Statement claim_batch;         // claim.cpp
+extern Statement claim_one;           // claim.cpp
 extern Statement claim_batch_capped;  // claim.cpp: a queue with max_running
 extern Statement claim_one_capped;    // claim.cpp
 extern Statement lock_capped_queue;   // claim.cpp
 extern Statement count_running;       // claim.cpp
-extern Statement complete;        // settle.cpp
-extern Statement complete_many;   // settle.cpp
-extern Statement fail;            // settle.cpp
-extern Statement heartbeat;       // settle.cpp
-extern Statement assert_current;  // settle.cpp
-extern Statement reap_cohort;     // reap.cpp
-extern Statement queue_stats;     // stats.cpp (not on the hot path: the figures' one statement)
-extern Statement refresh_stats;   // stats.cpp
+extern Statement complete;            // settle.cpp
+extern Statement complete_many;       // settle.cpp
+extern Statement fail;                // settle.cpp
+extern Statement heartbeat;           // settle.cpp
+extern Statement assert_current;      // settle.cpp
+extern Statement reap_cohort;         // reap.cpp
+extern Statement queue_stats;         // stats.cpp (not on the hot path: the figures' one statement)
+extern Statement refresh_stats;       // stats.cpp
 
 }  // namespace jobcap::statements

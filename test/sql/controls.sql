@@ -82,7 +82,9 @@ SELECT output, payload FROM jobcap.jobs WHERE job_id = :job_id;
 RESET jobcap.max_output_bytes;
 SHOW jobcap.max_output_bytes;
 -- A stale fence keeps nothing.
+\set VERBOSITY sqlstate
 SELECT jobcap.complete_job(:job_id, :fence, '{"late": true}');
+\set VERBOSITY terse
 SELECT output FROM jobcap.jobs WHERE job_id = :job_id;
 -- complete_and_claim and complete_jobs keep outputs too.
 SELECT job_id, fence FROM jobcap.claim_job('out', 'w') \gset
@@ -109,3 +111,6 @@ SELECT old_create_queue('old', 3, '1 minute', '1 second', '1 minute', false);
 SELECT max_attempts, max_running, paused FROM jobcap.queues WHERE queue = 'old';
 DROP FUNCTION old_complete_job(bigint, bigint);
 DROP FUNCTION old_create_queue(text, integer, interval, interval, interval, boolean);
+
+SELECT count(*) AS dropped FROM (SELECT jobcap.drop_queue(queue, force => true) FROM jobcap.queues
+  WHERE queue IN ('ctl', 'capped', 'capped2', 'out', 'old')) d;
