@@ -127,6 +127,76 @@ CREATE VIEW jobcap.queue_stats AS SELECT * FROM jobcap.queue_stats_between(NULL,
 COMMENT ON VIEW jobcap.queue_stats IS
     'Per queue: jobs by state now, and failures, deaths, completions and claim latency over the last jobcap.stats_window.';
 
+-- Periodic jobs. The background worker (or jobcap.run_schedules(), without the preload) enqueues
+-- each due slot of a schedule once: it advances last_slot with a compare-and-swap in the
+-- transaction that enqueues, so neither a restart nor a second caller enqueues a slot twice.
+-- Slots missed while nothing ran (server down) are not made up: only the latest one is
+-- enqueued. Each schedule's jobs share the dedupe key 'jobcap.schedule:<name>': while one is
+-- pending, running or dead, a slot enqueues nothing (counted in skipped). Cron runs on UTC.
+CREATE TABLE jobcap.job_schedules (
+    name         text PRIMARY KEY,
+    cron         text NOT NULL,
+    queue        text NOT NULL REFERENCES jobcap.queues ON DELETE CASCADE ON UPDATE CASCADE,
+    payload      jsonb NOT NULL DEFAULT '{}',
+    priority     integer NOT NULL DEFAULT 0,
+    max_attempts integer,
+    last_slot    timestamptz NOT NULL,
+    last_run_at  timestamptz,
+    last_job_id  bigint,
+    skipped      bigint NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE jobcap.job_schedules IS 'Periodic jobs (jobcap.schedule_job); read them through jobcap.schedules.';
+COMMENT ON COLUMN jobcap.job_schedules.last_slot IS 'The latest slot handled (enqueued or skipped); the next slot after it is due.';
+CREATE INDEX job_schedules_queue ON jobcap.job_schedules (queue);
+
+CREATE FUNCTION jobcap.cron_next(cron text, after timestamptz)
+RETURNS timestamptz
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_cron_next';
+COMMENT ON FUNCTION jobcap.cron_next(text, timestamptz) IS
+    'The first slot of a five-field cron expression (UTC) after a time; 22023 for a bad expression.';
+
+CREATE FUNCTION jobcap.schedule_job(
+    name text,
+    cron text,
+    queue text,
+    payload jsonb DEFAULT '{}',
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_schedule_job';
+COMMENT ON FUNCTION jobcap.schedule_job(text, text, text, jsonb, integer, integer) IS
+    'Creates or replaces a periodic job: a job of queue at every slot of cron (UTC); returns the next slot.';
+
+CREATE FUNCTION jobcap.unschedule_job(name text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_unschedule_job';
+COMMENT ON FUNCTION jobcap.unschedule_job(text) IS 'Removes a periodic job; false if there was none.';
+
+CREATE FUNCTION jobcap.run_schedules()
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_run_schedules';
+COMMENT ON FUNCTION jobcap.run_schedules() IS
+    'Enqueues the due slots of every schedule, as the background worker does; returns how many jobs it enqueued.';
+
+CREATE VIEW jobcap.schedules AS
+SELECT s.name, s.cron, s.queue, s.payload, s.priority, s.max_attempts,
+       jobcap.cron_next(s.cron, s.last_slot) AS next_run,
+       s.last_slot, s.last_run_at, s.last_job_id, j.state AS last_job_state, s.skipped,
+       s.created_at
+  FROM jobcap.job_schedules s
+  LEFT JOIN jobcap.jobs j ON j.job_id OPERATOR(pg_catalog.=) s.last_job_id;
+COMMENT ON VIEW jobcap.schedules IS
+    'Periodic jobs: the next slot not handled yet (due when past), the last slot handled and the job it enqueued.';
+
 -- What the Celery and Django-Q adapters call.
 
 -- The hot path's tables and indexes.
@@ -144,7 +214,13 @@ REVOKE ALL ON FUNCTION
     jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval, jsonb),
     jobcap.queue_stats_between(timestamptz, timestamptz)
 FROM PUBLIC;
-REVOKE ALL ON jobcap.queue_stats FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    jobcap.cron_next(text, timestamptz),
+    jobcap.schedule_job(text, text, text, jsonb, integer, integer),
+    jobcap.unschedule_job(text),
+    jobcap.run_schedules()
+FROM PUBLIC;
+REVOKE ALL ON jobcap.queue_stats, jobcap.job_schedules, jobcap.schedules FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     jobcap.complete_job(bigint, bigint, jsonb),
     jobcap.complete_jobs(bigint[], bigint[], jsonb[]),
@@ -155,9 +231,13 @@ GRANT EXECUTE ON FUNCTION
     jobcap.resume_queue(text),
     jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer),
     jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer),
-    jobcap.queue_stats_between(timestamptz, timestamptz)
+    jobcap.queue_stats_between(timestamptz, timestamptz),
+    jobcap.cron_next(text, timestamptz),
+    jobcap.schedule_job(text, text, text, jsonb, integer, integer),
+    jobcap.unschedule_job(text),
+    jobcap.run_schedules()
 TO jobcap_operator;
-GRANT SELECT ON jobcap.queue_stats TO jobcap_operator;
+GRANT SELECT ON jobcap.queue_stats, jobcap.job_schedules, jobcap.schedules TO jobcap_operator;
 
 -- Default privileges of the role running the update may have granted more on the objects this
 -- script created; take back anything held by a role other than the owner and jobcap's two roles,

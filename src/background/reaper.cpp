@@ -1,7 +1,8 @@
 // The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
 // started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
 // as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
-// (refresh_stats, src/stats.cpp; at most once a second), prunes finished jobs past their
+// (refresh_stats, src/stats.cpp; at most once a second), enqueues the due slots of periodic
+// jobs (src/functions/schedules.cpp), prunes finished jobs past their
 // retention once they are counted, and every jobcap.report_interval logs one line per queue
 // that got worse, from the same figures as jobcap.queue_stats (collect_stats).
 //
@@ -39,6 +40,7 @@ extern "C" {
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "functions/reap.hpp"
+#include "functions/schedules.hpp"
 #include "functions/stats.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
@@ -105,7 +107,7 @@ struct StepState {
 
 struct Worker {
     char database[NAMEDATALEN];
-    StepState reaping, counting, pruning_succeeded, pruning_dead;
+    StepState reaping, counting, pruning_succeeded, pruning_dead, scheduling;
     bool extension_known;  // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
@@ -180,6 +182,15 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
 uint64 reap_step(int32 batch)
 {
     return reap(batch);
+}
+
+// Enqueues due slots of periodic jobs (functions/schedules.cpp); a batch counts the schedules
+// handled, so a short batch ends the step.
+uint64 schedule_step(int32 batch)
+{
+    uint64 handled = 0;
+    run_due_schedules(GetCurrentStatementStartTimestamp(), batch, &handled);
+    return handled;
 }
 
 uint64 prune_step(Statement& statement, int retention_s, int32 batch)
@@ -362,6 +373,9 @@ long cycle()
     if (!in_batches(w.reaping, "reap jobs", "reaped", "jobs", "jobcap: reaping expired leases",
                     reap_step))
         return extension_absent();
+    if (!in_batches(w.scheduling, "enqueue scheduled jobs", "handled", "schedule slots",
+                    "jobcap: enqueueing scheduled jobs", schedule_step))
+        return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
     if (started >= w.next_count) {
@@ -433,7 +447,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     BackgroundWorkerUnblockSignals();
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
-    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = StepState{kBatchMax, 0, 0};
+    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = w.scheduling =
+        StepState{kBatchMax, 0, 0};
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 

@@ -21,6 +21,8 @@ const Named kStatements[] = {
     {"claim_job_by_id_capped", &statements::claim_one_capped},
     {"lock_capped_queue", &statements::lock_capped_queue},
     {"count_running", &statements::count_running},
+    {"schedules_due", &statements::schedules_due},
+    {"schedule_enqueue", &statements::schedule_enqueue},
     {"complete_job", &statements::complete},
     {"complete_jobs", &statements::complete_many},
     {"fail_job", &statements::fail},

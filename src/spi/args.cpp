@@ -36,6 +36,11 @@ NameArg arg_queue(FunctionCallInfo fcinfo, int n)
     return arg_name(fcinfo, n, "queue", core::kMaxQueueName);
 }
 
+NameArg arg_schedule(FunctionCallInfo fcinfo, int n)
+{
+    return arg_name(fcinfo, n, "name", core::kMaxQueueName);
+}
+
 NameArg arg_worker(FunctionCallInfo fcinfo, int n)
 {
     return arg_name(fcinfo, n, "worker", core::kMaxWorkerName);

@@ -13,6 +13,7 @@ struct NameArg {
 
 NameArg arg_queue(FunctionCallInfo fcinfo, int n);
 NameArg arg_worker(FunctionCallInfo fcinfo, int n);
+NameArg arg_schedule(FunctionCallInfo fcinfo, int n);  // a schedule's name
 
 // A required positive integer, at most max.
 int32 arg_count(FunctionCallInfo fcinfo, int n, const char* what, int64 max);

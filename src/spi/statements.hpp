@@ -13,6 +13,8 @@ extern Statement claim_batch_capped;  // claim.cpp: a queue with max_running
 extern Statement claim_one_capped;    // claim.cpp
 extern Statement lock_capped_queue;   // claim.cpp
 extern Statement count_running;       // claim.cpp
+extern Statement schedules_due;       // schedules.cpp
+extern Statement schedule_enqueue;    // schedules.cpp
 extern Statement complete;            // settle.cpp
 extern Statement complete_many;       // settle.cpp
 extern Statement fail;                // settle.cpp
