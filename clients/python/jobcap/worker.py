@@ -92,7 +92,7 @@ class Job:
         return f"<Job {self.id} fence {self.fence} attempt {self.attempt}/{self.max_attempts}>"
 
 
-Handler = Callable[[Job], None]
+Handler = Callable[[Job], Any]
 Settled = Callable[[Job, str, Optional[BaseException]], None]
 
 
@@ -336,10 +336,11 @@ class Worker:
         try:
             self._start(job)
             try:
-                self.handler(job)
+                output = self.handler(job)
             finally:
                 self._finish_handler()
-            state = sql.complete(conn, job.id, job.fence)
+            # What the handler returns (JSON; None for nothing) is kept as the job's output.
+            state = sql.complete(conn, job.id, job.fence, output)
             conn.commit()
             self._settled(job, state, None)
         except JobTimeout as timeout:
