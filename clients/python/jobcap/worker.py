@@ -50,12 +50,15 @@ class Job:
     ``conn`` is the worker's connection with the job's transaction open: write through it and
     the writes commit together with complete_job, or not at all. Do not commit or roll back
     yourself. ``fence`` is the lease generation: hand it downstream as an idempotency key.
+    Set ``output`` (anything JSON) to keep a result with the job (jobs.output, readable by the
+    enqueuing side, at most jobcap.max_output_bytes).
     """
 
     def __init__(self, worker: "Worker", row: tuple, granted_at: float):
         self.id, self.fence, self.attempt, self.max_attempts, self.payload, \
             self.lease_expires_at = row
         self.conn: Optional[psycopg.Connection] = None
+        self.output: Any = None
         self.lost = False
         self._worker = worker
         self._granted_at = granted_at  # monotonic time at or before the server granted the lease
@@ -92,7 +95,7 @@ class Job:
         return f"<Job {self.id} fence {self.fence} attempt {self.attempt}/{self.max_attempts}>"
 
 
-Handler = Callable[[Job], Any]
+Handler = Callable[[Job], None]
 Settled = Callable[[Job, str, Optional[BaseException]], None]
 
 
@@ -336,11 +339,10 @@ class Worker:
         try:
             self._start(job)
             try:
-                output = self.handler(job)
+                self.handler(job)
             finally:
                 self._finish_handler()
-            # What the handler returns (JSON; None for nothing) is kept as the job's output.
-            state = sql.complete(conn, job.id, job.fence, output)
+            state = sql.complete(conn, job.id, job.fence, job.output)
             conn.commit()
             self._settled(job, state, None)
         except JobTimeout as timeout:

@@ -243,9 +243,13 @@ class ControlsTest(Base):
         self.assertEqual(self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
                                            (job_id,)).fetchone()[0], {"rows": 3})
 
-    def test_the_handlers_return_value_is_the_output(self):
+    def test_the_handler_sets_the_output(self):
+        def handle(job):
+            if job.payload["n"]:
+                job.output = {"double": job.payload["n"] * 2}
+
         ids = [self.enqueue({"n": n}) for n in range(3)]
-        self.start(lambda job: {"double": job.payload["n"] * 2} if job.payload["n"] else None)
+        self.start(handle)
         wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids))
         outputs = [self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
                                      (i,)).fetchone()[0] for i in ids]
