@@ -64,18 +64,14 @@ namespace statements {
                     "   LIMIT $5"                                                                  \
                     "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
 
-Statement claim_batch = {CLAIM_BATCH(QUEUE_OPEN("$4")),
-                         6,
-                         {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
-                         nullptr,
-                         true};
+JOBCAP_STATEMENT(claim_job, CLAIM_BATCH(QUEUE_OPEN("$4")),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
-Statement claim_batch_capped = {CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
-                                6,
-                                {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
-                                nullptr,
-                                true};
+JOBCAP_STATEMENT(claim_job_capped, CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 PlanKind::steered);
 
 // $4 = job_id, $5 = caller (NULL: privileged).
 #define CLAIM_ONE(GATE)                                                                            \
@@ -87,65 +83,51 @@ Statement claim_batch_capped = {CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
     "     AND " JOBCAP_MAY_WORK(                                                                   \
         "$5", "j.queue") " AND " GATE "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
 
-Statement claim_one = {CLAIM_ONE(QUEUE_OPEN("j.queue")),
-                       5,
-                       {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
-                       nullptr,
-                       true};
+JOBCAP_STATEMENT(claim_job_by_id, CLAIM_ONE(QUEUE_OPEN("j.queue")),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
-Statement claim_one_capped = {CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue")),
-                              5,
-                              {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
-                              nullptr,
-                              true};
+JOBCAP_STATEMENT(claim_job_by_id_capped, CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue")),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
 // wait for it too), then count its running jobs with a fresh snapshot: every claim that went
 // before has committed, and its jobs are counted. Every running job holds its slot, a lease that
 // expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
 // lease, so it is not a free slot. $1 = queue.
-Statement lock_capped_queue = {
-    "SELECT q.paused, q.max_running FROM jobcap.queues q WHERE q.queue = $1"
-    " FOR NO KEY UPDATE OF q",
-    1,
-    {TEXTOID},
-    nullptr};
+JOBCAP_STATEMENT(lock_capped_queue,
+                 "SELECT q.paused, q.max_running FROM jobcap.queues q WHERE q.queue = $1"
+                 " FOR NO KEY UPDATE OF q",
+                 {TEXTOID});
 
-Statement count_running = {
-    "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1",
-    1,
-    {TEXTOID},
-    nullptr};
+JOBCAP_STATEMENT(count_running,
+                 "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
+                 "   AND j.queue = $1",
+                 {TEXTOID});
+
+// After a claim of queue $1 found nothing: the queue's controls, and whether the caller ($2)
+// may work it. No row: no such queue.
+JOBCAP_STATEMENT(queue_controls,
+                 "SELECT q.paused, q.max_running, " JOBCAP_MAY_WORK(
+                     "$2", "$1") " FROM jobcap.queues q WHERE q.queue = $1",
+                 {TEXTOID, OIDOID}, PlanKind::generic);
+
+// After claim_job_by_id found nothing (and check_job passed): the job's queue and its controls.
+JOBCAP_STATEMENT(job_queue_controls,
+                 "SELECT q.queue, q.paused, q.max_running FROM jobcap.jobs j"
+                 "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1",
+                 {INT8OID});
 
 }  // namespace statements
 
 namespace {
 
-// After a claim of queue $1 found nothing: the queue's controls, and whether the caller ($2)
-// may work it. No row: no such queue.
-Statement queue_controls = {
-    "SELECT q.paused, q.max_running, " JOBCAP_MAY_WORK("$2", "$1") " FROM jobcap.queues q"
-    " WHERE q.queue = $1",
-    2,
-    {TEXTOID, OIDOID},
-    nullptr,
-    false,
-    true};
-
-// After claim_job_by_id found nothing (and check_job passed): the job's queue and its controls.
-Statement job_queue_controls = {
-    "SELECT q.queue, q.paused, q.max_running FROM jobcap.jobs j"
-    "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1",
-    1,
-    {INT8OID},
-    nullptr};
-
 // How many more jobs queue may start now, under its row lock (taken here, held to commit):
 // 0 when it is paused or full; -1 when it has no cap (any more).
 int32 capped_room(Datum queue)
 {
-    Datum values[1] = {queue};
-    if (execute(statements::lock_capped_queue, values, nullptr, SPI_OK_SELECT) == 0)
+    Params p;
+    p.add(queue);
+    if (execute(statements::lock_capped_queue, p, SPI_OK_SELECT) == 0)
         return 0;
     if (DatumGetBool(result_column(0, 1)))
         return 0;
@@ -153,22 +135,23 @@ int32 capped_room(Datum queue)
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     if (uncapped)
         return -1;
-    execute_fresh(statements::count_running, values, nullptr, SPI_OK_SELECT);
+    execute_fresh(statements::count_running, p, SPI_OK_SELECT);
     int32 running = DatumGetInt32(result_column(0, 1));
     return running >= cap ? 0 : cap - running;
 }
 
-// claim_job and complete_and_claim: the claim of values (claim_batch's parameters). Returns how
-// many rows SPI_tuptable holds; raises for a queue that does not exist or is not the caller's.
-uint64 claim_from_queue(const Access& access, const char* function, Datum* values,
-                        const char* nulls, const NameArg& queue)
+// claim_job and complete_and_claim: the claim of queue (claim_job's parameters: now, worker,
+// lease, queue, batch, caller). Returns how many rows SPI_tuptable holds; raises for a queue
+// that does not exist or is not the caller's.
+uint64 claim_from_queue(const Access& access, const char* function, const Params& claim,
+                        const NameArg& queue, int32 batch)
 {
-    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
     if (rows > 0)
         return rows;
-    Datum check[2] = {queue.datum, values[5]};
-    char check_nulls[3] = {' ', nulls[5], '\0'};
-    if (execute(queue_controls, check, check_nulls, SPI_OK_SELECT) == 0) {
+    Params check;
+    check.add(queue.datum).add_caller(access);
+    if (execute(statements::queue_controls, check, SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);
         return 0;
     }
@@ -180,18 +163,16 @@ uint64 claim_from_queue(const Access& access, const char* function, Datum* value
         return 0;
     int32 room = capped_room(queue.datum);
     if (room < 0)  // the cap was lifted meanwhile
-        return execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+        return execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
     if (room == 0)
         return 0;
-    Datum capped[6];
-    for (int i = 0; i < 6; ++i)
-        capped[i] = values[i];
-    capped[4] = Int32GetDatum(Min(DatumGetInt32(values[4]), room));
-    return execute(statements::claim_batch_capped, capped, nulls, SPI_OK_UPDATE_RETURNING);
+    Params capped = claim;
+    capped.values[4] = Int32GetDatum(Min(batch, room));
+    return execute(statements::claim_job_capped, capped, SPI_OK_UPDATE_RETURNING);
 }
 
-// A claim must commit before the work, or the attempt it counted rolls back with the work (the
-// incident's loop). Inside a savepoint or an exception block it always would: refuse there.
+// A claim must commit before the work, or the attempt it counted rolls back with the work and
+// the job can loop without a count. Inside a savepoint or an exception block it always would: refuse there.
 void refuse_subtransaction(const char* function)
 {
     if (IsSubTransaction())
@@ -239,15 +220,11 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     refuse_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
-    Datum values[6] = {TimestampTzGetDatum(GetCurrentTimestamp()),
-                       worker.datum,
-                       lease,
-                       queue.datum,
-                       Int32GetDatum(batch),
-                       caller_param(access, &nulls[5])};
+    Params p;
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
+    p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     spi_open(access);
-    uint64 rows = claim_from_queue(access, function, values, nulls, queue);
+    uint64 rows = claim_from_queue(access, function, p, queue, batch);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -270,17 +247,17 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     InitMaterializedSRF(fcinfo, 0);
 
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
-    char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
-    Datum values[6] = {now,         worker.datum,         lease,
-                       queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
+    Params done;
+    done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
     bool no_output = PG_NARGS() < 7 || PG_ARGISNULL(6);
-    char done_nulls[6] = {' ', ' ', ' ', nulls[5], no_output ? 'n' : ' ', '\0'};
-    Datum done[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5],
-                     no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6))};
+    done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
+    Params claim;
+    claim.add(now).add(worker.datum).add(lease, no_lease);
+    claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     spi_open(access);
-    if (execute(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
+    if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
-    uint64 rows = claim_from_queue(access, function, values, nulls, queue);
+    uint64 rows = claim_from_queue(access, function, claim, queue, batch);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -295,25 +272,27 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     refuse_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
-    Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
-                       Int64GetDatum(job_id), caller_param(access, &nulls[4])};
+    Params p;
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
+    p.add(Int64GetDatum(job_id)).add_caller(access);
     spi_open(access);
-    uint64 rows = execute(statements::claim_one, values, nulls, SPI_OK_UPDATE_RETURNING);
+    uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
     if (rows == 0) {
         check_job(access, function, job_id);
         // Not claimed: not claimable, its queue paused, or its queue capped (then try again
         // under the queue's row lock when there is room).
-        Datum id[1] = {values[3]};
-        if (execute(job_queue_controls, id, nullptr, SPI_OK_SELECT) > 0) {
+        Params id;
+        id.add(Int64GetDatum(job_id));
+        if (execute(statements::job_queue_controls, id, SPI_OK_SELECT) > 0) {
             bool uncapped = false;
             Datum queue = result_column(0, 1);
             result_column(0, 3, &uncapped);
             if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
                 int32 room = capped_room(queue);
                 if (room != 0)
-                    rows = execute(room < 0 ? statements::claim_one : statements::claim_one_capped,
-                                   values, nulls, SPI_OK_UPDATE_RETURNING);
+                    rows = execute(
+                        room < 0 ? statements::claim_job_by_id : statements::claim_job_by_id_capped,
+                        p, SPI_OK_UPDATE_RETURNING);
             }
         }
     }

@@ -10,60 +10,52 @@ namespace jobcap {
 namespace {
 
 // $7 = max_running: NULL or 0 for no limit.
-Statement insert_queue = {
+JOBCAP_STATEMENT(
+    insert_queue,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
     "   max_running)"
     " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
-    7,
-    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID},
-    nullptr};
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
 // alter_queue checks the merged backoff settings under this row lock, then writes them.
-Statement lock_queue = {
-    "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
-    1,
-    {TEXTOID},
-    nullptr};
+JOBCAP_STATEMENT(lock_queue,
+                 "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
+                 {TEXTOID});
 
-Statement update_queue = {
-    "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
-    " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
-    " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"
-    " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
-    " WHERE queue = $1",
-    7,
-    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID},
-    nullptr};
+JOBCAP_STATEMENT(update_queue,
+                 "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
+                 " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
+                 " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"
+                 " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
+                 " WHERE queue = $1",
+                 {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
 // pause_queue and resume_queue: the flag as it was, under the row lock (a capped queue's claim
 // in flight holds it: the change waits for that claim to commit).
-Statement lock_paused = {
-    "SELECT paused FROM jobcap.queues WHERE queue = $1 FOR NO KEY UPDATE", 1, {TEXTOID}, nullptr};
+JOBCAP_STATEMENT(lock_paused, "SELECT paused FROM jobcap.queues WHERE queue = $1 FOR NO KEY UPDATE",
+                 {TEXTOID});
 
-Statement set_paused = {
-    "UPDATE jobcap.queues SET paused = $2 WHERE queue = $1", 2, {TEXTOID, BOOLOID}, nullptr};
+JOBCAP_STATEMENT(set_paused, "UPDATE jobcap.queues SET paused = $2 WHERE queue = $1",
+                 {TEXTOID, BOOLOID});
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
 // check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
 // SHARE ROW EXCLUSIVE) so that it also waits for a worker holding assert_fence's row lock:
 // that worker already holds a lock on the table, so its complete_job goes ahead of the waiting
 // drop instead of deadlocking with it.
-Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", 0, {}, nullptr};
+JOBCAP_STATEMENT(lock_jobs, "LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", {});
 
-Statement queue_activity = {
+JOBCAP_STATEMENT(
+    queue_activity,
     "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
     " FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
-    1,
-    {TEXTOID},
-    nullptr};
+    {TEXTOID});
 
-Statement delete_queue = {
-    "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1),"
-    " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1)"
-    " DELETE FROM jobcap.queues WHERE queue = $1",
-    1,
-    {TEXTOID},
-    nullptr};
+JOBCAP_STATEMENT(delete_queue,
+                 "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1),"
+                 " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1)"
+                 " DELETE FROM jobcap.queues WHERE queue = $1",
+                 {TEXTOID});
 
 core::Span span_of(Datum d)
 {
@@ -75,51 +67,51 @@ core::Span span_of(Datum d)
     return s;
 }
 
-// Reads the five settings shared by create_queue and alter_queue (arguments 1..5), each
-// optional; nulls[] says which were given.
-void queue_settings(FunctionCallInfo fcinfo, Datum* values, char* nulls)
+// The queue (argument 0) and the six settings shared by create_queue and alter_queue
+// (arguments 1..6), each optional: the parameters of insert_queue and update_queue, in order.
+// max_running (argument 6) is new in 0.2.0: the 0.1.0 declarations pass six arguments.
+// With `required`, every setting but the cap must be given (create_queue's defaults are in its
+// signature) and a missing cap is jobcap.default_max_attempts.
+Params queue_settings(FunctionCallInfo fcinfo, bool required)
 {
-    int32 cap = 0;
-    bool is_null = false;
-    if (arg_count_opt(fcinfo, 1, "max_attempts", core::kMaxAttempts, &cap)) {
-        values[1] = Int32GetDatum(cap);
-        nulls[1] = ' ';
-    } else {
-        nulls[1] = 'n';
+    static const char* const kNames[] = {"lease", "backoff_base", "backoff_max", "notify"};
+    Params p;
+    p.add(arg_queue(fcinfo, 0).datum);
+    int32 cap = guc_default_max_attempts;
+    bool has_cap = arg_count_opt(fcinfo, 1, "max_attempts", core::kMaxAttempts, &cap);
+    p.add(Int32GetDatum(cap), !has_cap && !required);
+    for (int a = 2; a <= 5; ++a) {
+        bool is_null = PG_ARGISNULL(a);
+        Datum d = a == 5 ? (is_null ? (Datum) 0 : PG_GETARG_DATUM(5))
+                         : arg_span(fcinfo, a, kNames[a - 2], a != 2, true, &is_null);
+        if (is_null && required)
+            raise_problem(core::check_not_null(kNames[a - 2], true));
+        p.add(d, is_null);
     }
-    values[2] = arg_span(fcinfo, 2, "lease", false, true, &is_null);
-    nulls[2] = is_null ? 'n' : ' ';
-    values[3] = arg_span(fcinfo, 3, "backoff_base", true, true, &is_null);
-    nulls[3] = is_null ? 'n' : ' ';
-    values[4] = arg_span(fcinfo, 4, "backoff_max", true, true, &is_null);
-    nulls[4] = is_null ? 'n' : ' ';
-    values[5] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
-    nulls[5] = PG_ARGISNULL(5) ? 'n' : ' ';
-    // max_running is new in 0.2.0: the 0.1.0 declarations pass six arguments.
-    nulls[6] = 'n';
-    values[6] = (Datum) 0;
-    if (PG_NARGS() > 6 && !PG_ARGISNULL(6)) {
-        int32 cap = PG_GETARG_INT32(6);
-        if (cap < 0 || cap > core::kMaxRunning)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("max_running must be between 0 and %d, not %d",
-                                   static_cast<int>(core::kMaxRunning), cap),
-                            errhint("0 (or NULL when creating the queue) means no limit.")));
-        values[6] = Int32GetDatum(cap);
-        nulls[6] = ' ';
-    }
+    bool uncapped = PG_NARGS() < 7 || PG_ARGISNULL(6);
+    int32 running = uncapped ? 0 : PG_GETARG_INT32(6);
+    if (running < 0 || running > core::kMaxRunning)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_running must be between 0 and %d, not %d",
+                               static_cast<int>(core::kMaxRunning), running),
+                        errhint("0 (or NULL when creating the queue) means no limit.")));
+    p.add(Int32GetDatum(running), uncapped);
+    return p;
 }
 
 // pause_queue and resume_queue: sets the flag; false when it was set already.
 bool set_queue_paused(Access& access, NameArg queue, bool paused)
 {
-    Datum values[2] = {queue.datum, BoolGetDatum(paused)};
+    Params p;
+    p.add(queue.datum).add(BoolGetDatum(paused));
+    Params q;
+    q.add(queue.datum);
     spi_open(access);
-    if (execute(lock_paused, values, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(lock_paused, q, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
     bool changed = DatumGetBool(result_column(0, 1)) != paused;
     if (changed)
-        execute(set_paused, values, nullptr, SPI_OK_UPDATE);
+        execute(set_paused, p, SPI_OK_UPDATE);
     spi_close(access);
     return changed;
 }
@@ -139,24 +131,11 @@ using namespace jobcap;
 JOBCAP_FUNCTION(create_queue, Duty::operator_)
 {
     NameArg queue = arg_queue(fcinfo, 0);
-    Datum values[7];
-    char nulls[8] = "       ";
-    values[0] = queue.datum;
-    queue_settings(fcinfo, values, nulls);
-    // Every setting but the cap is required here: their defaults are in the signature.
-    static const char* const names[] = {nullptr,        nullptr,       "lease",
-                                        "backoff_base", "backoff_max", "notify"};
-    for (int i = 2; i <= 5; ++i)
-        if (nulls[i] == 'n')
-            raise_problem(core::check_not_null(names[i], true));
-    if (nulls[1] == 'n') {
-        values[1] = Int32GetDatum(guc_default_max_attempts);
-        nulls[1] = ' ';
-    }
-    check_backoff(values[3], values[4]);
+    Params p = queue_settings(fcinfo, true);
+    check_backoff(p.values[3], p.values[4]);
 
     spi_open(access);
-    if (execute(insert_queue, values, nulls, SPI_OK_INSERT) == 0)
+    if (execute(insert_queue, p, SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                         errmsg("queue \"%s\" already exists", queue.cstr),
                         errhint("Change its settings with jobcap.alter_queue.")));
@@ -167,17 +146,16 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
 JOBCAP_FUNCTION(alter_queue, Duty::operator_)
 {
     NameArg queue = arg_queue(fcinfo, 0);
-    Datum values[7];
-    char nulls[8] = "       ";
-    values[0] = queue.datum;
-    queue_settings(fcinfo, values, nulls);
+    Params p = queue_settings(fcinfo, false);
+    Params q;
+    q.add(queue.datum);
 
     spi_open(access);
-    if (execute(lock_queue, values, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(lock_queue, q, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
-    check_backoff(nulls[3] == 'n' ? result_column(0, 1) : values[3],
-                  nulls[4] == 'n' ? result_column(0, 2) : values[4]);
-    execute(update_queue, values, nulls, SPI_OK_UPDATE);
+    check_backoff(p.nulls[3] == 'n' ? result_column(0, 1) : p.values[3],
+                  p.nulls[4] == 'n' ? result_column(0, 2) : p.values[4]);
+    execute(update_queue, p, SPI_OK_UPDATE);
     spi_close(access);
     PG_RETURN_VOID();
 }
@@ -193,11 +171,12 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
              errmsg("cannot drop a queue in a REPEATABLE READ or SERIALIZABLE transaction"),
              errdetail("Jobs enqueued after this transaction's snapshot would survive the queue."),
              errhint("Run jobcap.drop_queue at READ COMMITTED.")));
-    Datum values[1] = {queue.datum};
+    Params p;
+    p.add(queue.datum);
 
     spi_open(access);
-    execute(lock_jobs, nullptr, nullptr, SPI_OK_UTILITY);
-    if (execute(queue_activity, values, nullptr, SPI_OK_SELECT) == 0)
+    execute(lock_jobs, Params(), SPI_OK_UTILITY);
+    if (execute(queue_activity, p, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
     if (DatumGetBool(result_column(0, 1)) && !force)
         ereport(
@@ -206,7 +185,7 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
              errmsg("queue \"%s\" has pending or running jobs", queue.cstr),
              errhint(
                  "Wait for them to finish, cancel them, or drop the queue with force => true.")));
-    execute(delete_queue, values, nullptr, SPI_OK_DELETE);
+    execute(delete_queue, p, SPI_OK_DELETE);
     spi_close(access);
     PG_RETURN_VOID();
 }

@@ -15,7 +15,6 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
-#include "spi/statements.hpp"
 
 #include "core/cron.hpp"
 
@@ -25,20 +24,19 @@ extern "C" {
 }
 
 namespace jobcap {
-namespace statements {
+namespace {
 
 // The schedules, read without locks: which are due is decided in C, and the compare-and-swap
 // below settles races.
-Statement schedules_due = {
-    "SELECT s.name, s.cron, s.last_slot FROM jobcap.job_schedules s ORDER BY s.name",
-    0,
-    {},
-    nullptr};
+JOBCAP_STATEMENT(schedules_due,
+                 "SELECT s.name, s.cron, s.last_slot FROM jobcap.job_schedules s ORDER BY s.name",
+                 {});
 
 // $1 = name, $2 = last_slot as read, $3 = the slot, $4 = now. Column 1: whether this call
 // won the slot; column 2: the job it enqueued (NULL: a job of the schedule holds the key);
 // column 3: whether the queue wants a notification.
-Statement schedule_enqueue = {
+JOBCAP_STATEMENT(
+    schedule_enqueue,
     "WITH s AS (UPDATE jobcap.job_schedules s SET last_slot = $3"
     "   WHERE s.name = $1 AND s.last_slot = $2"
     "   RETURNING s.name, s.queue, s.payload, s.priority, s.max_attempts),"
@@ -51,27 +49,20 @@ Statement schedule_enqueue = {
     "   DO NOTHING RETURNING job_id)"
     " SELECT EXISTS (SELECT FROM s), (SELECT job_id FROM ins),"
     "   coalesce((SELECT q.notify FROM jobcap.queues q, s WHERE q.queue = s.queue), false)",
-    4,
-    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
-    nullptr};
-
-}  // namespace statements
-
-namespace {
+    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // The row the compare-and-swap locked: what the slot did.
-Statement schedule_record = {
-    "UPDATE jobcap.job_schedules SET last_run_at = $2,"
-    "   last_job_id = coalesce($3, last_job_id),"
-    "   skipped = skipped + CASE WHEN $3 IS NULL THEN 1 ELSE 0 END"
-    " WHERE name = $1 RETURNING queue",
-    3,
-    {TEXTOID, TIMESTAMPTZOID, INT8OID},
-    nullptr};
+JOBCAP_STATEMENT(schedule_record,
+                 "UPDATE jobcap.job_schedules SET last_run_at = $2,"
+                 "   last_job_id = coalesce($3, last_job_id),"
+                 "   skipped = skipped + CASE WHEN $3 IS NULL THEN 1 ELSE 0 END"
+                 " WHERE name = $1 RETURNING queue",
+                 {TEXTOID, TIMESTAMPTZOID, INT8OID});
 
 // Created with last_slot = the current minute, so its first slot is the next one. Replacing a
 // schedule keeps its last_slot (and its history): a slot it handled is not handled again.
-Statement upsert_schedule = {
+JOBCAP_STATEMENT(
+    upsert_schedule,
     "INSERT INTO jobcap.job_schedules AS s (name, cron, queue, payload, priority, max_attempts,"
     "   last_slot)"
     " SELECT $1, $2, q.queue, $4, $5, $6, date_trunc('minute', $7, 'UTC')"
@@ -80,12 +71,9 @@ Statement upsert_schedule = {
     "   payload = excluded.payload, priority = excluded.priority,"
     "   max_attempts = excluded.max_attempts"
     " RETURNING s.last_slot",
-    7,
-    {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT4OID, INT4OID, TIMESTAMPTZOID},
-    nullptr};
+    {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT4OID, INT4OID, TIMESTAMPTZOID});
 
-Statement delete_schedule = {
-    "DELETE FROM jobcap.job_schedules WHERE name = $1", 1, {TEXTOID}, nullptr};
+JOBCAP_STATEMENT(delete_schedule, "DELETE FROM jobcap.job_schedules WHERE name = $1", {TEXTOID});
 
 constexpr int64 kUsecPerMinute = INT64CONST(60000000);
 // Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
@@ -136,7 +124,7 @@ uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled)
     *handled = 0;
     if (!schema_has_schedules())
         return 0;
-    uint64 rows = execute(statements::schedules_due, nullptr, nullptr, SPI_OK_SELECT);
+    uint64 rows = execute(schedules_due, Params(), SPI_OK_SELECT);
     SPITupleTable* all = SPI_tuptable;
     int64 upto = minute_of(now);
     uint64 enqueued = 0;
@@ -152,17 +140,17 @@ uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled)
         int64 slot = 0;
         if (!core::cron_latest(spec, minute_of(DatumGetTimestampTz(last)), upto, &slot))
             continue;
-        Datum values[4] = {name, last, TimestampTzGetDatum(time_of(slot)),
-                           TimestampTzGetDatum(now)};
-        execute(statements::schedule_enqueue, values, nullptr, SPI_OK_SELECT);
+        Params p;
+        p.add(name).add(last).add(TimestampTzGetDatum(time_of(slot))).add(TimestampTzGetDatum(now));
+        execute(schedule_enqueue, p, SPI_OK_SELECT);
         if (!DatumGetBool(result_column(0, 1)))
             continue;  // another caller handled it first
         bool skipped = false;
         Datum job = result_column(0, 2, &skipped);
         bool notify = DatumGetBool(result_column(0, 3));
-        Datum record[3] = {name, TimestampTzGetDatum(now), job};
-        char record_nulls[4] = {' ', ' ', skipped ? 'n' : ' ', '\0'};
-        execute(schedule_record, record, record_nulls, SPI_OK_UPDATE_RETURNING);
+        Params record;
+        record.add(name).add(TimestampTzGetDatum(now)).add(job, skipped);
+        execute(schedule_record, record, SPI_OK_UPDATE_RETURNING);
         if (!skipped) {
             ++enqueued;
             if (notify)
@@ -189,24 +177,16 @@ JOBCAP_FUNCTION(schedule_job, Duty::operator_)
     text* cron = DatumGetTextPP(arg_required(fcinfo, 1, "cron"));
     core::CronSpec spec = parse_or_raise(cron);
     NameArg queue = arg_queue(fcinfo, 2);
-    Datum values[7];
-    char nulls[8] = "       ";
-    values[0] = name.datum;
-    values[1] = PointerGetDatum(cron);
-    values[2] = queue.datum;
-    values[3] = arg_payload(fcinfo, 3);
-    values[4] = arg_required(fcinfo, 4, "priority");
+    Params p;
+    p.add(name.datum).add(PointerGetDatum(cron)).add(queue.datum).add(arg_payload(fcinfo, 3));
+    p.add(arg_required(fcinfo, 4, "priority"));
     int32 cap = 0;
-    if (arg_count_opt(fcinfo, 5, "max_attempts", core::kMaxAttempts, &cap)) {
-        values[5] = Int32GetDatum(cap);
-    } else {
-        values[5] = (Datum) 0;
-        nulls[5] = 'n';
-    }
-    values[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+    bool has_cap = arg_count_opt(fcinfo, 5, "max_attempts", core::kMaxAttempts, &cap);
+    p.add(Int32GetDatum(cap), !has_cap);
+    p.add(TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
 
     spi_open(access);
-    if (execute(upsert_schedule, values, nulls, SPI_OK_INSERT_RETURNING) == 0)
+    if (execute(upsert_schedule, p, SPI_OK_INSERT_RETURNING) == 0)
         raise_unknown_queue(queue.cstr);
     TimestampTz last = DatumGetTimestampTz(result_column(0, 1));
     spi_close(access);
@@ -216,9 +196,10 @@ JOBCAP_FUNCTION(schedule_job, Duty::operator_)
 JOBCAP_FUNCTION(unschedule_job, Duty::operator_)
 {
     NameArg name = arg_schedule(fcinfo, 0);
-    Datum values[1] = {name.datum};
+    Params p;
+    p.add(name.datum);
     spi_open(access);
-    uint64 rows = execute(delete_schedule, values, nullptr, SPI_OK_DELETE);
+    uint64 rows = execute(delete_schedule, p, SPI_OK_DELETE);
     spi_close(access);
     PG_RETURN_BOOL(rows > 0);
 }

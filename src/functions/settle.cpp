@@ -17,22 +17,18 @@ namespace jobcap {
 namespace statements {
 
 // $5 = output (already bounded: kept_output), NULL for none.
-Statement complete = {
+JOBCAP_STATEMENT(
+    complete_job,
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"
     "   output = $5"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
-    5,
-    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID},
-    nullptr,
-    false,
-    true};
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
 #define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
-Statement fail = {
-    "WITH failed AS (UPDATE jobcap.jobs j"
+JOBCAP_STATEMENT(fail_job, "WITH failed AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
     "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"
     "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"
@@ -44,18 +40,16 @@ Statement fail = {
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
     " SELECT state FROM failed",
-    6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false,
-    true};
+    {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
 // twice, once with a stale fence, still raises); the caller then raises, and nothing of the batch
 // commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
-// is not settled either, and raise_not_current then refuses it with 42501. $5 = outputs (NULL:
-// none; else as long as $1, each already bounded).
-Statement complete_many = {
-    "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[]) WITH ORDINALITY"
-    "                 AS i(job_id, fence, output, n)),"
+// is not settled either, and raise_not_current then refuses it with 42501.
+// $5 = outputs (NULL: none; else as long as $1, each already bounded).
+JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[])"
+    "                 WITH ORDINALITY AS i(job_id, fence, output, n)),"
     " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
     "     lease_expires_at = NULL, output = i.output"
     "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
@@ -66,33 +60,25 @@ Statement complete_many = {
     "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
     "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
     "      ORDER BY i.n LIMIT 1) m ON true",
-    5, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, nullptr, true};
+    {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, PlanKind::steered);
 
 // A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now,
 // $5 = caller.
 // lease_expires_at is in no index, so this is a HOT update.
-Statement heartbeat = {
-    "UPDATE jobcap.jobs SET lease_expires_at ="
-    "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
-    5,
-    {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
-    nullptr,
-    false,
-    true};
+JOBCAP_STATEMENT(heartbeat,
+                 "UPDATE jobcap.jobs SET lease_expires_at ="
+                 "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
+                 " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+                 "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
+                 {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
 // current lease.
-Statement assert_current = {
-    "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
-    3,
-    {INT8OID, INT8OID, OIDOID},
-    nullptr,
-    false,
-    true};
+JOBCAP_STATEMENT(assert_fence,
+                 "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+                 "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
+                 {INT8OID, INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace statements
 
@@ -102,10 +88,10 @@ namespace {
 // (passed by value: a state, a timestamp), or raises the stale-fence error when it matched no
 // row. assert_fence's statement returns no column: its result is (Datum) 0.
 Datum compare_and_swap(Access& access, Statement& s, const char* function, int64 job_id,
-                       int64 fence, Datum* values, const char* nulls, int expected)
+                       int64 fence, const Params& p, int expected)
 {
     spi_open(access);
-    if (execute(s, values, nulls, expected) == 0)
+    if (execute(s, p, expected) == 0)
         raise_not_current(access, function, job_id, fence);
     Datum result = SPI_tuptable->tupdesc->natts > 0 ? result_column(0, 1) : (Datum) 0;
     spi_close(access);
@@ -126,11 +112,11 @@ Datum kept_outputs(ArrayType* outputs, int count)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("outputs must be NULL or have one element per job"),
                         errdetail("%d job ids, %d outputs.", count, n)));
+    if (n == 0)
+        return PointerGetDatum(outputs);
     for (int i = 0; i < n; ++i)
         if (!nulls[i])
             elems[i] = kept_output(elems[i]);
-    if (n == 0)
-        return PointerGetDatum(outputs);
     int dims[1] = {n};
     int lbs[1] = {1};
     return PointerGetDatum(
@@ -148,13 +134,12 @@ JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
     int64 fence = arg_fence(fcinfo, 1);
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
     bool no_output = PG_NARGS() < 3 || PG_ARGISNULL(2);
-    char nulls[6] = {' ', ' ', ' ', ' ', no_output ? 'n' : ' ', '\0'};
-    Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3]),
-                       no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2))};
-
-    return compare_and_swap(access, statements::complete, function, job_id, fence, values, nulls,
+    p.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2)), no_output);
+    return compare_and_swap(access, statements::complete_job, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
 }
 
@@ -164,16 +149,14 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     int64 fence = arg_fence(fcinfo, 1);
     bool no_retry_in = false;
     Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-    char nulls[7] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', no_retry_in ? 'n' : ' ', ' ',
-                     ' ', '\0'};
-    Datum values[6] = {Int64GetDatum(job_id),
-                       Int64GetDatum(fence),
-                       PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)),
-                       retry_in,
-                       TimestampTzGetDatum(GetCurrentTimestamp()),
-                       caller_param(access, &nulls[5])};
-
-    return compare_and_swap(access, statements::fail, function, job_id, fence, values, nulls,
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
+    if (PG_ARGISNULL(2))
+        p.add((Datum) 0, true);
+    else
+        p.add(kept_text(PG_GETARG_TEXT_PP(2)));
+    p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    return compare_and_swap(access, statements::fail_job, function, job_id, fence, p,
                             SPI_OK_SELECT);
 }
 
@@ -183,11 +166,10 @@ JOBCAP_FUNCTION(heartbeat, Duty::worker)
     int64 fence = arg_fence(fcinfo, 1);
     bool no_extend = false;
     Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
-    char nulls[6] = {' ', ' ', no_extend ? 'n' : ' ', ' ', ' ', '\0'};
-    Datum values[5] = {Int64GetDatum(job_id), Int64GetDatum(fence), extend,
-                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[4])};
-
-    return compare_and_swap(access, statements::heartbeat, function, job_id, fence, values, nulls,
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(extend, no_extend);
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    return compare_and_swap(access, statements::heartbeat, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
 }
 
@@ -195,12 +177,9 @@ JOBCAP_FUNCTION(assert_fence, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
     int64 fence = arg_fence(fcinfo, 1);
-    char nulls[4] = {' ', ' ', ' ', '\0'};
-    Datum values[3] = {Int64GetDatum(job_id), Int64GetDatum(fence),
-                       caller_param(access, &nulls[2])};
-
-    compare_and_swap(access, statements::assert_current, function, job_id, fence, values, nulls,
-                     SPI_OK_SELECT);
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add_caller(access);
+    compare_and_swap(access, statements::assert_fence, function, job_id, fence, p, SPI_OK_SELECT);
     PG_RETURN_VOID();
 }
 
@@ -221,17 +200,15 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
                  errmsg("cannot complete %d jobs in one call", count),
                  errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
     // outputs is new in 0.2.0 (the 0.1.0 declaration passes two arguments): NULL or one per job.
-    Datum outputs = (Datum) 0;
     bool no_outputs = PG_NARGS() < 3 || PG_ARGISNULL(2);
-    if (!no_outputs)
-        outputs = kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
-    char nulls[6] = {' ', ' ', ' ', ' ', no_outputs ? 'n' : ' ', '\0'};
-    Datum values[5] = {PointerGetDatum(ids), PointerGetDatum(fences),
-                       TimestampTzGetDatum(GetCurrentTimestamp()), caller_param(access, &nulls[3]),
-                       outputs};
-
+    Datum outputs =
+        no_outputs ? (Datum) 0 : kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
+    Params p;
+    p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    p.add(outputs, no_outputs);
     spi_open(access);
-    execute(statements::complete_many, values, nulls, SPI_OK_SELECT);
+    execute(statements::complete_jobs, p, SPI_OK_SELECT);
     int32 settled = DatumGetInt32(result_column(0, 1));
     bool all_current = false;
     Datum stale_job = result_column(0, 2, &all_current);
