@@ -30,14 +30,14 @@ namespace statements {
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
 // $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
 // may claim only jobs of queues granted to it.
-#define CLAIM_THE_COHORT                                                                           \
+#define CLAIM_THE_COHORT(PAUSED)                                                                   \
     " UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"                      \
     "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
     "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"            \
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                     \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
-    "    AND (j.state = 'pending' AND j.run_at <= $1 AND NOT q.paused"                             \
+    "    AND (j.state = 'pending' AND j.run_at <= $1" PAUSED                                       \
     "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                  \
     "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"         \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
@@ -52,7 +52,7 @@ namespace statements {
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check and the queue's
 // controls do not depend on the row: each runs once, as a one-time filter before the scan.
-#define CLAIM_BATCH(GATE)                                                                          \
+#define CLAIM_BATCH(GATE, PAUSED)                                                                  \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
@@ -62,31 +62,41 @@ namespace statements {
                     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"  \
                     "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
                     "   LIMIT $5"                                                                  \
-                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED)
 
-JOBCAP_STATEMENT(claim_job, CLAIM_BATCH(QUEUE_OPEN("$4")),
+JOBCAP_STATEMENT(claim_job, CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused"),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
                  PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
-JOBCAP_STATEMENT(claim_job_capped, CLAIM_BATCH(QUEUE_NOT_PAUSED("$4")),
+JOBCAP_STATEMENT(claim_job_capped, CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused"),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
                  PlanKind::steered);
 
 // $4 = job_id, $5 = caller (NULL: privileged).
-#define CLAIM_ONE(GATE)                                                                            \
+#define CLAIM_ONE(GATE, PAUSED)                                                                    \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
     "     AND j.attempts < coalesce(j.max_attempts,"                                               \
     "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"             \
     "     AND " JOBCAP_MAY_WORK(                                                                   \
-        "$5", "j.queue") " AND " GATE "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT
+        "$5", "j.queue") " AND " GATE                                                              \
+                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED)
 
-JOBCAP_STATEMENT(claim_job_by_id, CLAIM_ONE(QUEUE_OPEN("j.queue")),
+JOBCAP_STATEMENT(claim_job_by_id, CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused"),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
-JOBCAP_STATEMENT(claim_job_by_id_capped, CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue")),
+JOBCAP_STATEMENT(claim_job_by_id_capped,
+                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused"),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+
+// The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
+// ALTER EXTENSION jobcap UPDATE (schema_has_controls).
+JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", ""),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 PlanKind::steered);
+JOBCAP_STATEMENT(claim_job_by_id_0_1, CLAIM_ONE("true", ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
@@ -146,6 +156,12 @@ int32 capped_room(Datum queue)
 uint64 claim_from_queue(const Access& access, const char* function, const Params& claim,
                         const NameArg& queue, int32 batch)
 {
+    if (!schema_has_controls()) {
+        uint64 rows = execute(statements::claim_job_0_1, claim, SPI_OK_UPDATE_RETURNING);
+        if (rows == 0)
+            check_queue(access, function, queue.datum, queue.cstr);
+        return rows;
+    }
     uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
     if (rows > 0)
         return rows;
@@ -249,13 +265,17 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
     Params done;
     done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
-    bool no_output = PG_NARGS() < 7 || PG_ARGISNULL(6);
-    done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
+    // The 0.1.0 declaration (six arguments) runs on the 0.1.0 schema: no output column yet.
+    bool schema_0_1 = PG_NARGS() < 7;
+    bool no_output = schema_0_1 || PG_ARGISNULL(6);
+    if (!schema_0_1)
+        done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     spi_open(access);
-    if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
+    if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
+                SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
     uint64 rows = claim_from_queue(access, function, claim, queue, batch);
     return_claimed(fcinfo, rows);
@@ -276,8 +296,12 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
     spi_open(access);
-    uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0) {
+    bool controls = schema_has_controls();
+    uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
+                          p, SPI_OK_UPDATE_RETURNING);
+    if (rows == 0 && !controls) {
+        check_job(access, function, job_id);
+    } else if (rows == 0) {
         check_job(access, function, job_id);
         // Not claimed: not claimable, its queue paused, or its queue capped (then try again
         // under the queue's row lock when there is room).

@@ -17,6 +17,13 @@ JOBCAP_STATEMENT(
     " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
+// The same on the 0.1.0 schema (no max_running), for its six-argument declarations.
+JOBCAP_STATEMENT(
+    insert_queue_0_1,
+    "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue) DO NOTHING",
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID});
+
 // alter_queue checks the merged backoff settings under this row lock, then writes them.
 JOBCAP_STATEMENT(lock_queue,
                  "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
@@ -29,6 +36,13 @@ JOBCAP_STATEMENT(update_queue,
                  " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
                  " WHERE queue = $1",
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
+
+JOBCAP_STATEMENT(update_queue_0_1,
+                 "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
+                 " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
+                 " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
+                 " WHERE queue = $1",
+                 {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID});
 
 // pause_queue and resume_queue: the flag as it was, under the row lock (a capped queue's claim
 // in flight holds it: the change waits for that claim to commit).
@@ -88,7 +102,9 @@ Params queue_settings(FunctionCallInfo fcinfo, bool required)
             raise_problem(core::check_not_null(kNames[a - 2], true));
         p.add(d, is_null);
     }
-    bool uncapped = PG_NARGS() < 7 || PG_ARGISNULL(6);
+    if (PG_NARGS() < 7)
+        return p;  // the 0.1.0 declaration, on the 0.1.0 schema: insert_queue_0_1, update_queue_0_1
+    bool uncapped = PG_ARGISNULL(6);
     int32 running = uncapped ? 0 : PG_GETARG_INT32(6);
     if (running < 0 || running > core::kMaxRunning)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -135,7 +151,7 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
     check_backoff(p.values[3], p.values[4]);
 
     spi_open(access);
-    if (execute(insert_queue, p, SPI_OK_INSERT) == 0)
+    if (execute(PG_NARGS() < 7 ? insert_queue_0_1 : insert_queue, p, SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                         errmsg("queue \"%s\" already exists", queue.cstr),
                         errhint("Change its settings with jobcap.alter_queue.")));
@@ -155,7 +171,7 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
         raise_unknown_queue(queue.cstr);
     check_backoff(p.nulls[3] == 'n' ? result_column(0, 1) : p.values[3],
                   p.nulls[4] == 'n' ? result_column(0, 2) : p.values[4]);
-    execute(update_queue, p, SPI_OK_UPDATE);
+    execute(PG_NARGS() < 7 ? update_queue_0_1 : update_queue, p, SPI_OK_UPDATE);
     spi_close(access);
     PG_RETURN_VOID();
 }

@@ -25,6 +25,15 @@ JOBCAP_STATEMENT(
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
     {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
 
+// complete_job of the 0.1.0 schema (no output column), for the 0.1.0 declarations that call
+// this library between its installation and ALTER EXTENSION jobcap UPDATE.
+JOBCAP_STATEMENT(
+    complete_job_0_1,
+    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
+    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
 #define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
@@ -61,6 +70,21 @@ JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[
     "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
     "      ORDER BY i.n LIMIT 1) m ON true",
     {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, PlanKind::steered);
+
+// complete_jobs of the 0.1.0 schema (no output column), for its two-argument declaration.
+JOBCAP_STATEMENT(complete_jobs_0_1, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[])"
+    "                 WITH ORDINALITY AS i(job_id, fence, n)),"
+    " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
+    "     lease_expires_at = NULL"
+    "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
+    "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
+    "   RETURNING j.job_id, j.fence)"
+    " SELECT c.settled, m.job_id, m.fence"
+    "   FROM (SELECT count(*)::int AS settled FROM settled) c"
+    "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
+    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
+    "      ORDER BY i.n LIMIT 1) m ON true",
+    {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID}, PlanKind::steered);
 
 // A heartbeat never shortens a lease. $3 = extend (NULL: the length the claim granted), $4 = now,
 // $5 = caller.
@@ -137,7 +161,12 @@ JOBCAP_FUNCTION(complete_job, Duty::worker)
     Params p;
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    bool no_output = PG_NARGS() < 3 || PG_ARGISNULL(2);
+    // The 0.1.0 declaration (two arguments) runs on the 0.1.0 schema: no output column yet.
+    bool schema_0_1 = PG_NARGS() < 3;
+    if (schema_0_1)
+        return compare_and_swap(access, statements::complete_job_0_1, function, job_id, fence, p,
+                                SPI_OK_UPDATE_RETURNING);
+    bool no_output = PG_ARGISNULL(2);
     p.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2)), no_output);
     return compare_and_swap(access, statements::complete_job, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
@@ -206,9 +235,12 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
     Params p;
     p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    p.add(outputs, no_outputs);
+    bool schema_0_1 = PG_NARGS() < 3;
+    if (!schema_0_1)
+        p.add(outputs, no_outputs);
     spi_open(access);
-    execute(statements::complete_jobs, p, SPI_OK_SELECT);
+    execute(schema_0_1 ? statements::complete_jobs_0_1 : statements::complete_jobs, p,
+            SPI_OK_SELECT);
     int32 settled = DatumGetInt32(result_column(0, 1));
     bool all_current = false;
     Datum stale_job = result_column(0, 2, &all_current);
