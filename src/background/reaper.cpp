@@ -170,6 +170,19 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
             (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
                 ? Outcome::timed_out
                 : Outcome::failed;
+        // A DROP EXTENSION that committed while this batch waited for its lock leaves the
+        // statement without its tables: the extension is absent, which is no failure.
+        if (e->sqlerrcode == ERRCODE_UNDEFINED_TABLE) {
+            StartTransactionCommand();
+            bool gone = !OidIsValid(get_extension_oid("jobcap", true));
+            CommitTransactionCommand();
+            MemoryContextSwitchTo(caller);
+            if (gone) {
+                FreeErrorData(e);
+                *error = nullptr;
+                outcome = Outcome::absent;
+            }
+        }
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
