@@ -53,6 +53,30 @@ SELECT count(*) AS claimed FROM jobcap.claim_job('capped', 'w', 5);
 SELECT queue, running, max_running FROM jobcap.queue_stats WHERE queue = 'capped';
 SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') line
  WHERE line LIKE 'jobcap_queue_max_running%';
+-- The plans, as jobcap makes them (generic, steered; plans.sql has the probes in full): the
+-- claims of an open queue and of a capped one both walk the claim index under LIMIT and
+-- LockRows, with the queue's controls as one-time filters (InitPlans); neither scans the queue
+-- table per row.
+CREATE FUNCTION plan_lines(stmt text, args text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+  l text;
+BEGIN
+  SELECT * INTO s FROM jobcap.statements() st WHERE st.name = stmt;
+  PERFORM set_config(g, 'off', true)
+     FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  EXECUTE format('PREPARE probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
+  FOR l IN EXECUTE format('EXPLAIN (COSTS OFF) EXECUTE probe(%s)', args) LOOP
+    IF l ~ 'Limit|LockRows|Scan|One-Time Filter' THEN
+      RETURN NEXT regexp_replace(l, '\$\d+', '$n', 'g');
+    END IF;
+  END LOOP;
+  DEALLOCATE probe;
+END $$;
+SELECT plan_lines('claim_job', $$now(), 'w', NULL, 'capped', 5, NULL$$);
+SELECT plan_lines('claim_job_capped', $$now(), 'w', NULL, 'capped', 5, NULL$$);
+DROP FUNCTION plan_lines(text, text);
 -- 0 removes the limit; NULL leaves it as it is.
 SELECT jobcap.alter_queue('capped', max_running => 0);
 SELECT max_running FROM jobcap.queues WHERE queue = 'capped';
