@@ -136,5 +136,24 @@ SELECT max_attempts, max_running, paused FROM jobcap.queues WHERE queue = 'old';
 DROP FUNCTION old_complete_job(bigint, bigint);
 DROP FUNCTION old_create_queue(text, integer, interval, interval, interval, boolean);
 
+-- Operators only: a worker role may complete with an output, not pause, cap or schedule.
+CREATE ROLE regress_controls_worker NOLOGIN IN ROLE jobcap_worker;
+SELECT jobcap.grant_queue('out', 'regress_controls_worker');
+SET ROLE regress_controls_worker;
+\set VERBOSITY sqlstate
+SELECT jobcap.pause_queue('out');
+SELECT jobcap.resume_queue('out');
+SELECT jobcap.alter_queue('out', max_running => 1);
+SELECT jobcap.schedule_job('w', '* * * * *', 'out');
+SELECT jobcap.run_schedules();
+\set VERBOSITY terse
+SELECT jobcap.enqueue_job('out') AS worker_job \gset
+SELECT job_id, fence FROM jobcap.claim_job('out', 'w') \gset
+SELECT jobcap.complete_job(:job_id, :fence, '{"by": "worker"}');
+RESET ROLE;
+SELECT output FROM jobcap.jobs WHERE job_id = :job_id;
+SELECT jobcap.revoke_queue('out', 'regress_controls_worker');
+DROP ROLE regress_controls_worker;
+
 SELECT count(*) AS dropped FROM (SELECT jobcap.drop_queue(queue, force => true) FROM jobcap.queues
   WHERE queue IN ('ctl', 'capped', 'capped2', 'out', 'old')) d;
