@@ -20,9 +20,10 @@ $node->safe_psql('postgres', q{
 });
 ok(defined wait_until($node, "SELECT count(*) = 1 FROM jobcap.jobs"), 'the worker enqueued a missed slot');
 sleep 1;
+# (A minute may pass meanwhile: its slot is skipped, the job being still pending.)
 is($node->safe_psql('postgres', q{
-    SELECT count(*) || ' ' || bool_and(j.run_at = s.last_slot)
-           || ' ' || bool_and(s.last_slot >= date_trunc('minute', now()) - interval '1 minute')
+    SELECT count(*) || ' ' || bool_and(j.run_at <= s.last_slot)
+           || ' ' || bool_and(j.run_at >= date_trunc('minute', now()) - interval '1 minute')
       FROM jobcap.jobs j, jobcap.job_schedules s}),
 	'1 true true', 'only the latest missed slot, once');
 
@@ -37,12 +38,13 @@ $node->safe_psql('postgres', q{
     SELECT jobcap.complete_job(job_id, fence) FROM jobcap.claim_job('s', 'w');
 });
 my $last = $node->safe_psql('postgres', "SELECT last_slot FROM jobcap.job_schedules");
+my $before = $node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE run_at <= '$last'");
 $node->restart;
 ok(defined wait_until($node, "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'jobcap reaper'"),
 	'the worker is back');
 sleep 2;
-is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE run_at = '$last'"), '1',
-	'the slot handled before the restart was enqueued once');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE run_at <= '$last'"), $before,
+	'no slot handled before the restart was enqueued again');
 is($node->safe_psql('postgres', "SELECT count(*) = count(DISTINCT run_at) FROM jobcap.jobs"), 't',
 	'no slot twice');
 
