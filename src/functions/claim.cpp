@@ -15,6 +15,7 @@
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 #include "core/order.hpp"
 
 namespace jobcap {
@@ -30,17 +31,26 @@ namespace statements {
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
 // $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
 // may claim only jobs of queues granted to it.
-#define CLAIM_THE_COHORT(PAUSED)                                                                   \
+// PAUSED: the paused guard; CAP: the cap of job j joined with queue q (spi/cap.hpp, or the
+// 0.1.0 rule for the 0.1.0 schema).
+#define CLAIM_THE_COHORT(PAUSED, CAP)                                                              \
     " UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"                      \
     "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
     "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"            \
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                     \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
-    "    AND (j.state = 'pending' AND j.run_at <= $1" PAUSED                                       \
-    "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                  \
-    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"         \
+    "    AND (j.state = 'pending' AND j.run_at <= $1" PAUSED " AND j.attempts < " CAP              \
+    ") IS TRUE"                                                                                    \
+    "  RETURNING j.job_id, j.fence, j.attempts, " CAP                                              \
+    ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
+
+// The 0.1.0 cap rule, for the 0.1.0 schema (no cap_epoch yet).
+#define CAP_0_1 "coalesce(j.max_attempts, q.max_attempts)"
+#define CAP_BY_0_1(QUEUE)                                                                          \
+    "coalesce(j.max_attempts, (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = " QUEUE  \
+    "))"
 
 // The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
 // claims, which run under the queue's row lock). A missing queue passes neither.
@@ -52,51 +62,53 @@ namespace statements {
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check and the queue's
 // controls do not depend on the row: each runs once, as a one-time filter before the scan.
-#define CLAIM_BATCH(GATE, PAUSED)                                                                  \
+// CAP_BY: the cap of job j with its queue looked up by $4.
+#define CLAIM_BATCH(GATE, PAUSED, CAP_BY, CAP)                                                     \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
     "     AND " JOBCAP_MAY_WORK(                                                                   \
-        "$6", "$4") " AND " GATE                                                                   \
-                    "     AND j.attempts < coalesce(j.max_attempts,"                               \
-                    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"  \
+        "$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY                                       \
                     "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
                     "   LIMIT $5"                                                                  \
-                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED)
+                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
 
-JOBCAP_STATEMENT(claim_job, CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused"),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
-                 PlanKind::steered);
+JOBCAP_STATEMENT(
+    claim_job, CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
+    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
-JOBCAP_STATEMENT(claim_job_capped, CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused"),
+JOBCAP_STATEMENT(claim_job_capped,
+                 CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
+                             JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
                  PlanKind::steered);
 
 // $4 = job_id, $5 = caller (NULL: privileged).
-#define CLAIM_ONE(GATE, PAUSED)                                                                    \
+#define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP)                                                       \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
-    "     AND j.attempts < coalesce(j.max_attempts,"                                               \
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"             \
-    "     AND " JOBCAP_MAY_WORK(                                                                   \
+    "     AND j.attempts < " CAP_BY " AND " JOBCAP_MAY_WORK(                                       \
         "$5", "j.queue") " AND " GATE                                                              \
-                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED)
+                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
 
-JOBCAP_STATEMENT(claim_job_by_id, CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused"),
+JOBCAP_STATEMENT(claim_job_by_id,
+                 CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
+                           JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 JOBCAP_STATEMENT(claim_job_by_id_capped,
-                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused"),
+                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
+                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
 // ALTER EXTENSION jobcap UPDATE (schema_has_controls).
-JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", ""),
+JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", CAP_BY_0_1("$4"), CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
                  PlanKind::steered);
-JOBCAP_STATEMENT(claim_job_by_id_0_1, CLAIM_ONE("true", ""),
+JOBCAP_STATEMENT(claim_job_by_id_0_1, CLAIM_ONE("true", "", CAP_BY_0_1("j.queue"), CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
