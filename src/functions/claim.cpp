@@ -2,13 +2,16 @@
 // one of these statements, and each is ONE statement that locks, counts and caps:
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
-// run past its cap, and the count is committed before any work starts.
+// run past its cap, and the count is committed before any work starts. Should the claiming
+// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// with jobcap preloaded, the reaper counts their attempts anyway.
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
 // queue with max_running hands out only what fits. The common case (neither) costs one
 // one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
 // queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
 // snapshot, and claims at most the difference.
+#include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -251,8 +254,10 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     uint64 rows = claim_from_queue(access, function, p, queue, batch);
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -285,11 +290,13 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
                 SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
     uint64 rows = claim_from_queue(access, function, claim, queue, batch);
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -307,6 +314,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    reserve_claims(1);
     spi_open(access);
     bool controls = schema_has_controls();
     uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
@@ -332,6 +340,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
             }
         }
     }
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
