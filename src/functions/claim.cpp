@@ -71,15 +71,12 @@ namespace {
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work (the
 // incident's loop). Inside a savepoint or an exception block it always would: refuse there.
-void refuse_subtransaction(const char* function)
+void refuse_claim_in_subtransaction(const char* function)
 {
-    if (IsSubTransaction())
-        ereport(ERROR,
-                (errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-                 errmsg("%s cannot run inside a subtransaction", function),
-                 errdetail("A savepoint or exception block that rolls back would undo the claim, "
-                           "and the attempt it counted."),
-                 errhint("Claim in its own transaction and commit it before doing the work.")));
+    refuse_subtransaction(function,
+                          "A savepoint or exception block that rolls back would undo the claim, "
+                          "and the attempt it counted.",
+                          "Claim in its own transaction and commit it before doing the work.");
 }
 
 // Copies the claimed rows into the function's result, in claim order (the UPDATE returns them
@@ -115,7 +112,7 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 3, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
@@ -146,7 +143,7 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     int32 batch = arg_count(fcinfo, 4, "batch", core::kMaxBatch);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 5, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -172,7 +169,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     NameArg worker = arg_worker(fcinfo, 1);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 2, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
