@@ -7,6 +7,49 @@
 
 -- Backups, rolled-back claims, caps.
 
+-- Smaller holes.
+-- Intervals jobcap adds to a time (leases, backoffs, retry delays) may no longer have months, or
+-- days and time of opposite signs (src/core/rules.cpp): PostgreSQL adds a month as a calendar
+-- month and a day as a calendar day in the session's time zone, so '-2 mons +60 days 00:00:01'
+-- passed as one second and made leases that expired at birth. Settings stored under 0.1.0 that
+-- break the rule are rewritten as a plain length of time, the length extract(epoch) gives them.
+UPDATE jobcap.queues q
+   SET lease = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.lease)),
+       backoff_base = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.backoff_base)),
+       backoff_max = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.backoff_max))
+ WHERE EXISTS (SELECT FROM (VALUES (q.lease), (q.backoff_base), (q.backoff_max)) v(x)
+                WHERE pg_catalog.date_part('year', v.x) OPERATOR(pg_catalog.<>) 0
+                   OR pg_catalog.date_part('month', v.x) OPERATOR(pg_catalog.<>) 0
+                   OR pg_catalog.date_part('day', v.x) OPERATOR(pg_catalog.*)
+                      pg_catalog.date_part('epoch', v.x OPERATOR(pg_catalog.-)
+                          pg_catalog.make_interval(days => pg_catalog.date_part('day', v.x)::pg_catalog.int4))
+                      OPERATOR(pg_catalog.<) 0);
+
+-- dead_jobs shows what each dead job was given: the first 200 characters of its payload as
+-- text, marked when cut (an operator should not need jobcap.jobs to learn which file died).
+-- CREATE OR REPLACE VIEW keeps the columns of 0.1.0 and adds payload_excerpt at the end.
+CREATE OR REPLACE VIEW jobcap.dead_jobs AS
+SELECT j.job_id, j.queue, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS max_attempts,
+       j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
+       e.kind AS last_outcome, e.error AS last_error,
+       h.errors, h.crashes, h.first_failure_at, h.last_failure_at,
+       CASE WHEN pg_catalog.length(p.text) OPERATOR(pg_catalog.>) 200
+            THEN pg_catalog.left(p.text, 200) OPERATOR(pg_catalog.||) '...'
+            ELSE p.text END AS payload_excerpt
+  FROM jobcap.jobs j
+  LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
+  LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
+                      WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
+                      ORDER BY e.seq DESC LIMIT 1) e ON true
+  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'lease_expired') AS crashes,
+                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
+                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
+                       FROM jobcap.job_errors h
+                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
+  CROSS JOIN LATERAL (SELECT j.payload::pg_catalog.text AS text) p
+ WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
+
 -- Giving back an unstarted job: release_job.
 
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.
