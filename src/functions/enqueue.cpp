@@ -5,6 +5,7 @@
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 #include "spi/statements.hpp"
 
 namespace jobcap {
@@ -89,10 +90,10 @@ namespace {
 
 Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
 
-// At READ COMMITTED the insert's snapshot is taken after its lock on jobcap.jobs, which
-// drop_queue's lock excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
+// At READ COMMITTED the insert's snapshot is taken after the queue lock (queue_lock.hpp), which
+// drop_queue's excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
 // snapshot can predate a drop that committed since: check the queue in the latest state, as
-// PostgreSQL's foreign keys do. Our lock on jobs now keeps any later drop waiting for us.
+// PostgreSQL's foreign keys do. Our queue lock now keeps any later drop waiting for us.
 void check_queue_survived(const NameArg& queue)
 {
     if (!IsolationUsesXactSnapshot())
@@ -136,6 +137,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
     values[6] = TimestampTzGetDatum(GetCurrentTimestamp());
     values[7] = caller_param(access, &nulls[7]);
 
+    lock_queue_for_insert(queue.datum);
     spi_open(access);
     int64 job_id = 0;
     bool notify = false;
@@ -187,6 +189,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
     values[6] = caller_param(access, &nulls[6]);
 
+    lock_queue_for_insert(queue.datum);
     spi_open(access);
     if (execute(statements::insert_jobs, values, nulls, SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);

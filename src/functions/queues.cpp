@@ -5,6 +5,7 @@
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 
 namespace jobcap {
 namespace {
@@ -32,16 +33,21 @@ Statement update_queue = {
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID},
     nullptr};
 
-// drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
-// check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
-// SHARE ROW EXCLUSIVE) so that it also waits for a worker holding assert_fence's row lock:
-// that worker already holds a lock on the table, so its complete_job goes ahead of the waiting
-// drop instead of deadlocking with it.
-Statement lock_jobs = {"LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", 0, {}, nullptr};
+// drop_queue locks only what belongs to the queue, in this order, each to commit: the queue row
+// (an alter_queue or another drop of it waits), every job of the queue (settles, claims and
+// requeues of those jobs wait or skip them; a worker holding assert_fence's lock on one is
+// waited for here, before the queue lock, so its own enqueue into the queue cannot deadlock
+// with the drop), then the queue lock (queue_lock.hpp: waits for transactions that inserted
+// jobs into it; later inserts wait for the drop and then find no queue), then the jobs again,
+// with a snapshot taken after the queue lock: those inserted in between. After that no job of
+// the queue can appear or change, so the check and the deletes see every job there will be.
+// Claims, enqueues and settles on other queues never wait for a drop.
+Statement lock_queue_row = {
+    "SELECT FROM jobcap.queues WHERE queue = $1 FOR UPDATE", 1, {TEXTOID}, nullptr};
 
-Statement queue_activity = {
-    "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
-    " FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
+Statement lock_queue_jobs = {
+    "SELECT count(*) FILTER (WHERE state IN ('pending', 'running')) > 0"
+    "  FROM (SELECT state FROM jobcap.jobs WHERE queue = $1 FOR UPDATE) j",
     1,
     {TEXTOID},
     nullptr};
@@ -158,9 +164,11 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     Datum values[1] = {queue.datum};
 
     spi_open(access);
-    execute(lock_jobs, nullptr, nullptr, SPI_OK_UTILITY);
-    if (execute(queue_activity, values, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(lock_queue_row, values, nullptr, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
+    execute(lock_queue_jobs, values, nullptr, SPI_OK_SELECT);
+    lock_queue_for_drop(queue.datum);
+    execute(lock_queue_jobs, values, nullptr, SPI_OK_SELECT);
     if (DatumGetBool(result_column(0, 1)) && !force)
         ereport(
             ERROR,
