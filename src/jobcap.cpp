@@ -90,6 +90,8 @@ extern "C" void _PG_init(void)
     jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
 
-    if (process_shared_preload_libraries_in_progress)
+    if (process_shared_preload_libraries_in_progress) {
         jobcap::register_launcher();
+        jobcap::install_ddl_hooks();
+    }
 }
