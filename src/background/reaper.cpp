@@ -85,8 +85,8 @@ constexpr uint16 kLockSubId = 3;
     "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                    \
     " SELECT count(*) FROM gone"
 
-Statement prune_succeeded = {PRUNE("'succeeded'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
-Statement prune_dead = {PRUNE("'dead', 'cancelled'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
+JOBCAP_STATEMENT(prune_succeeded, PRUNE("'succeeded'"), {TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(prune_dead, PRUNE("'dead', 'cancelled'"), {TIMESTAMPTZOID, INT4OID});
 
 // What the worker remembers of a queue between reports: its due backlog.
 struct QueueMemory {
@@ -185,8 +185,9 @@ uint64 reap_step(int32 batch)
 uint64 prune_step(Statement& statement, int retention_s, int32 batch)
 {
     TimestampTz cut = GetCurrentStatementStartTimestamp() - (int64) retention_s * USECS_PER_SEC;
-    Datum values[2] = {TimestampTzGetDatum(cut), Int32GetDatum(batch)};
-    execute(statement, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(TimestampTzGetDatum(cut)).add(Int32GetDatum(batch));
+    execute(statement, p, SPI_OK_SELECT);
     return (uint64) DatumGetInt64(result_column(0, 1));
 }
 
@@ -268,9 +269,38 @@ long reap_interval_ms()
     return guc_reap_interval_ms;
 }
 
+// What the log says of one step, in whole sentences: `failed` when a batch fails (database,
+// wait in ms, next batch size; the error itself goes into the detail), `done` at DEBUG1 after
+// each batch (rows, database, batch size); `activity` is its pg_stat_activity query text.
+struct StepMessages {
+    const char* activity;
+    const char* failed;
+    const char* done;
+};
+
+const StepMessages kReaping = {
+    "jobcap: reaping expired leases",
+    "jobcap reaper could not reap jobs in database \"%s\", retrying in %ld ms with batches of %d",
+    "jobcap reaper reaped %llu jobs in database \"%s\" (batch of %d)"};
+const StepMessages kCounting = {
+    "jobcap: counting finished jobs",
+    "jobcap reaper could not count finished jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper counted %llu finished jobs in database \"%s\" (batch of %d)"};
+const StepMessages kPruningSucceeded = {
+    "jobcap: pruning succeeded jobs",
+    "jobcap reaper could not prune succeeded jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper pruned %llu succeeded jobs in database \"%s\" (batch of %d)"};
+const StepMessages kPruningDead = {
+    "jobcap: pruning dead and cancelled jobs",
+    "jobcap reaper could not prune dead jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper pruned %llu dead or cancelled jobs in database \"%s\" (batch of %d)"};
+
 // After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
 // each time in a row; the other steps carry on.
-void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* error)
+void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* error)
 {
     step.failures++;
     if (outcome == Outcome::timed_out)
@@ -280,10 +310,8 @@ void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* err
         wait *= 2;
     wait = Min(wait, kBackoffMaxMs);
     step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
-    ereport(LOG, (errcode(error->sqlerrcode),
-                  errmsg("jobcap reaper could not %s in database \"%s\": %s", what, w.database,
-                         error->message),
-                  errdetail("Retrying in %ld ms with batches of %d jobs.", wait, step.batch)));
+    ereport(LOG, (errcode(error->sqlerrcode), errmsg(failed, w.database, wait, step.batch),
+                  errdetail("%s", error->message)));
     FreeErrorData(error);
 }
 
@@ -323,26 +351,24 @@ void extension_found()
 // Runs step in batches until a batch comes back short or the cycle's budget is spent, unless
 // the step is backing off; `verb` and `noun` say what a batch did, in a DEBUG1 line per batch.
 // Returns false when the extension is not installed (the caller stops the cycle).
-bool in_batches(StepState& state, const char* what, const char* verb, const char* noun,
-                const char* activity, Step step)
+bool in_batches(StepState& state, const StepMessages& says, Step step)
 {
     if (GetCurrentTimestamp() < state.resume_at)
         return true;
     for (int i = 0; i < kBatchesPerCycle; ++i) {
         uint64 rows = 0;
         ErrorData* error = nullptr;
-        Outcome outcome = in_transaction(activity, step, state.batch, &rows, &error);
+        Outcome outcome = in_transaction(says.activity, step, state.batch, &rows, &error);
         if (outcome == Outcome::absent)
             return false;
         if (outcome != Outcome::done) {
-            back_off(state, what, outcome, error);
+            back_off(state, says.failed, outcome, error);
             return true;
         }
         extension_found();
         if (rows > 0)
             ereport(DEBUG1,
-                    (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)", verb,
-                            (unsigned long long) rows, noun, w.database, state.batch)));
+                    (errmsg(says.done, (unsigned long long) rows, w.database, state.batch)));
         if (rows < (uint64) state.batch)
             break;
         CHECK_FOR_INTERRUPTS();
@@ -359,24 +385,19 @@ long cycle()
     if (RecoveryInProgress())
         return reap_interval_ms();
 
-    if (!in_batches(w.reaping, "reap jobs", "reaped", "jobs", "jobcap: reaping expired leases",
-                    reap_step))
+    if (!in_batches(w.reaping, kReaping, reap_step))
         return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
     if (started >= w.next_count) {
-        if (!in_batches(w.counting, "count finished jobs", "counted", "finished jobs",
-                        "jobcap: counting finished jobs", count_step))
+        if (!in_batches(w.counting, kCounting, count_step))
             return extension_absent();
         w.next_count = started + kCountEveryUs;
     }
     if (guc_succeeded_retention_s > 0 &&
-        !in_batches(w.pruning_succeeded, "prune succeeded jobs", "pruned", "succeeded jobs",
-                    "jobcap: pruning succeeded jobs", prune_succeeded_step))
+        !in_batches(w.pruning_succeeded, kPruningSucceeded, prune_succeeded_step))
         return extension_absent();
-    if (guc_dead_retention_s > 0 &&
-        !in_batches(w.pruning_dead, "prune dead jobs", "pruned", "dead or cancelled jobs",
-                    "jobcap: pruning dead and cancelled jobs", prune_dead_step))
+    if (guc_dead_retention_s > 0 && !in_batches(w.pruning_dead, kPruningDead, prune_dead_step))
         return extension_absent();
 
     TimestampTz now = GetCurrentTimestamp();
@@ -393,10 +414,10 @@ long cycle()
         // reaping, counting and pruning do not wait for it.
         if (outcome != Outcome::done) {
             ereport(LOG, (errcode(error->sqlerrcode),
-                          errmsg("jobcap reaper could not report in database \"%s\": %s",
-                                 w.database, error->message),
-                          errdetail("The next report, in %d s, covers this window too.",
-                                    guc_report_interval_s)));
+                          errmsg("jobcap reaper could not report in database \"%s\"; the next "
+                                 "report, in %d s, covers this window too",
+                                 w.database, guc_report_interval_s),
+                          errdetail("%s", error->message)));
             FreeErrorData(error);
         }
         w.next_report = now + interval;

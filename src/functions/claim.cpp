@@ -38,8 +38,7 @@ namespace statements {
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
 // the row: it runs once, as a one-time filter before the scan.
-Statement claim_batch = {
-    "WITH cohort AS MATERIALIZED ("
+JOBCAP_STATEMENT(claim_job, "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND " JOBCAP_MAY_WORK("$6", "$4")
@@ -49,28 +48,26 @@ Statement claim_batch = {
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
     CLAIM_THE_COHORT,
-    6, {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, nullptr, true};
+    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, PlanKind::steered);
 
 // $4 = job_id, $5 = caller (NULL: privileged).
-Statement claim_one = {
-    "WITH cohort AS MATERIALIZED ("
-    "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
-    "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
-    "     AND " JOBCAP_MAY_WORK(
-        "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
-    5,
-    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID},
-    nullptr,
-    true};
+JOBCAP_STATEMENT(claim_job_by_id,
+                 "WITH cohort AS MATERIALIZED ("
+                 "  SELECT j.job_id FROM jobcap.jobs j"
+                 "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
+                 "     AND j.attempts < coalesce(j.max_attempts,"
+                 "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
+                 "     AND " JOBCAP_MAY_WORK(
+                     "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 }  // namespace statements
 
 namespace {
 
-// A claim must commit before the work, or the attempt it counted rolls back with the work (the
-// incident's loop). Inside a savepoint or an exception block it always would: refuse there.
+// A claim must commit before the work, or the attempt it counted rolls back with the work and
+// the job can loop without a count. Inside a savepoint or an exception block it always would:
+// refuse there.
 void refuse_claim_in_subtransaction(const char* function)
 {
     refuse_subtransaction(function,
@@ -115,15 +112,11 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
-    Datum values[6] = {TimestampTzGetDatum(GetCurrentTimestamp()),
-                       worker.datum,
-                       lease,
-                       queue.datum,
-                       Int32GetDatum(batch),
-                       caller_param(access, &nulls[5])};
+    Params p;
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
+    p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     spi_open(access);
-    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    uint64 rows = execute(statements::claim_job, p, SPI_OK_UPDATE_RETURNING);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -147,15 +140,15 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     InitMaterializedSRF(fcinfo, 0);
 
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
-    char nulls[7] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', ' ', '\0'};
-    Datum values[6] = {now,         worker.datum,         lease,
-                       queue.datum, Int32GetDatum(batch), caller_param(access, &nulls[5])};
-    char done_nulls[5] = {' ', ' ', ' ', nulls[5], '\0'};
-    Datum done[4] = {Int64GetDatum(job_id), Int64GetDatum(fence), now, values[5]};
+    Params done;
+    done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
+    Params claim;
+    claim.add(now).add(worker.datum).add(lease, no_lease);
+    claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     spi_open(access);
-    if (execute(statements::complete, done, done_nulls, SPI_OK_UPDATE_RETURNING) == 0)
+    if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
-    uint64 rows = execute(statements::claim_batch, values, nulls, SPI_OK_UPDATE_RETURNING);
+    uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -172,11 +165,11 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    char nulls[6] = {' ', ' ', no_lease ? 'n' : ' ', ' ', ' ', '\0'};
-    Datum values[5] = {TimestampTzGetDatum(GetCurrentTimestamp()), worker.datum, lease,
-                       Int64GetDatum(job_id), caller_param(access, &nulls[4])};
+    Params p;
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
+    p.add(Int64GetDatum(job_id)).add_caller(access);
     spi_open(access);
-    uint64 rows = execute(statements::claim_one, values, nulls, SPI_OK_UPDATE_RETURNING);
+    uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
     if (rows == 0)
         check_job(access, function, job_id);
     return_claimed(fcinfo, rows);

@@ -15,18 +15,14 @@ namespace jobcap {
 namespace {
 
 // Nothing is inserted when the queue does not exist or the grant is already there.
-Statement insert_grant = {
-    "INSERT INTO jobcap.queue_grants (queue, grantee, granted_by, granted_at)"
-    " SELECT q.queue, $2, $3, $4 FROM jobcap.queues q WHERE q.queue = $1"
-    " ON CONFLICT (queue, grantee) DO NOTHING",
-    4,
-    {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
-    nullptr};
+JOBCAP_STATEMENT(insert_grant,
+                 "INSERT INTO jobcap.queue_grants (queue, grantee, granted_by, granted_at)"
+                 " SELECT q.queue, $2, $3, $4 FROM jobcap.queues q WHERE q.queue = $1"
+                 " ON CONFLICT (queue, grantee) DO NOTHING",
+                 {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
 
-Statement delete_grant = {"DELETE FROM jobcap.queue_grants WHERE queue = $1 AND grantee = $2",
-                          2,
-                          {TEXTOID, TEXTOID},
-                          nullptr};
+JOBCAP_STATEMENT(delete_grant, "DELETE FROM jobcap.queue_grants WHERE queue = $1 AND grantee = $2",
+                 {TEXTOID, TEXTOID});
 
 // A role name as PostgreSQL stores it: 1 to NAMEDATALEN - 1 bytes, taken literally (no case
 // folding, no quotes), like pg_has_role's name arguments.
@@ -55,11 +51,12 @@ JOBCAP_FUNCTION(grant_queue, Duty::owner)
         ereport(ERROR,
                 (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("role \"%s\" does not exist", role),
                  errhint("To let every worker role work the queue, grant it to jobcap_worker.")));
-    Datum values[4] = {queue.datum, CStringGetTextDatum(role), caller_name(access),
-                       TimestampTzGetDatum(GetCurrentTimestamp())};
+    Params p;
+    p.add(queue.datum).add(CStringGetTextDatum(role)).add(caller_name(access));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp()));
 
     spi_open(access);
-    bool granted = execute(insert_grant, values, nullptr, SPI_OK_INSERT) > 0;
+    bool granted = execute(insert_grant, p, SPI_OK_INSERT) > 0;
     if (!granted)
         check_queue(access, function, queue.datum, queue.cstr);
     spi_close(access);
@@ -70,10 +67,11 @@ JOBCAP_FUNCTION(revoke_queue, Duty::owner)
 {
     NameArg queue = arg_queue(fcinfo, 0);
     // The role need not exist any more: a dropped role's grants are revoked the same way.
-    Datum values[2] = {queue.datum, CStringGetTextDatum(arg_role(fcinfo, 1))};
+    Params p;
+    p.add(queue.datum).add(CStringGetTextDatum(arg_role(fcinfo, 1)));
 
     spi_open(access);
-    bool revoked = execute(delete_grant, values, nullptr, SPI_OK_DELETE) > 0;
+    bool revoked = execute(delete_grant, p, SPI_OK_DELETE) > 0;
     if (!revoked)
         check_queue(access, function, queue.datum, queue.cstr);
     spi_close(access);

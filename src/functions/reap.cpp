@@ -22,7 +22,8 @@ namespace statements {
 // partial index can be chosen for them (the rows are reached by primary key; see claim.cpp). A lease that expired counts as
 // a failed attempt with backoff, and leaves a history row saying no report came.
 // $1 = max_jobs, $2 = now (one clock reading per call: correct inside procedures too).
-Statement reap_cohort = {
+JOBCAP_STATEMENT(
+    reap_jobs,
     "WITH expired AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.state = 'running' AND j.lease_expires_at < $2"
@@ -54,17 +55,15 @@ Statement reap_cohort = {
     " lost AS (SELECT * FROM reaped WHERE lease_lost)," JOBCAP_HISTORY_CTES(
         "lost", "'lease_expired'", "'lease expired without a report'",
         "$2") " SELECT job_id, queue, state FROM reaped ORDER BY job_id",
-    2,
-    {INT4OID, TIMESTAMPTZOID},
-    nullptr,
-    true};
+    {INT4OID, TIMESTAMPTZOID}, PlanKind::steered);
 
 }  // namespace statements
 
 uint64 reap(int32 max_jobs)
 {
-    Datum values[2] = {Int32GetDatum(max_jobs), TimestampTzGetDatum(GetCurrentTimestamp())};
-    return execute(statements::reap_cohort, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(Int32GetDatum(max_jobs)).add(TimestampTzGetDatum(GetCurrentTimestamp()));
+    return execute(statements::reap_jobs, p, SPI_OK_SELECT);
 }
 
 }  // namespace jobcap

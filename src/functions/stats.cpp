@@ -55,7 +55,8 @@ static_assert(core::kLatencyBins == 110 && core::kLatencyBinsPerDoubling == 4,
 namespace statements {
 
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
-Statement queue_stats = {
+JOBCAP_STATEMENT(
+    queue_stats,
     "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"
     "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"
     "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"
@@ -88,17 +89,14 @@ Statement queue_stats = {
     "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"
     "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"
     " ORDER BY q.queue",
-    3,
-    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
-    nullptr};
+    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // Counts the jobs that finished in ($1, upto], where upto is $2 (the settled horizon) or, when
 // more than $3 jobs finished by then, the finishing time of the $3-th (a job is counted in the
 // call that covers its finished_at, so ties are counted together). Each job adds to its queue's
 // minute of finishing: succeeded or cancelled, and its claim latency when it was ever claimed.
 // Dead jobs are counted from jobs_dead directly. Minutes older than 25 hours go.
-Statement refresh_stats = {
-    "WITH upto AS (SELECT coalesce((SELECT x.f FROM ("
+JOBCAP_STATEMENT(refresh_stats, "WITH upto AS (SELECT coalesce((SELECT x.f FROM ("
     "     (SELECT j.finished_at AS f FROM jobcap.jobs j WHERE j.state = 'succeeded'"
     "       AND j.finished_at > $1 AND j.finished_at <= $2 ORDER BY j.finished_at LIMIT $3)"
     "     UNION ALL (SELECT j.finished_at FROM jobcap.jobs j WHERE j.state = 'dead'"
@@ -128,15 +126,15 @@ Statement refresh_stats = {
     " progress AS (UPDATE jobcap.stats_progress SET counted_until = (SELECT t FROM upto)"
     "   RETURNING counted_until)"
     " SELECT (SELECT count(*) FROM fin), (SELECT counted_until FROM progress)",
-    3, {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 }  // namespace statements
 
 namespace {
 
 // One counter at a time: the worker and a scheduled refresh_stats() never count a job twice.
-Statement lock_progress = {
-    "SELECT counted_until FROM jobcap.stats_progress FOR UPDATE SKIP LOCKED", 0, {}, nullptr};
+JOBCAP_STATEMENT(lock_progress,
+                 "SELECT counted_until FROM jobcap.stats_progress FOR UPDATE SKIP LOCKED", {});
 
 // The oldest transaction of this database that may still commit a death, a failure or a
 // completion: one that has written, or is running a statement (or a fast-path call). Its writes
@@ -145,7 +143,8 @@ Statement lock_progress = {
 // sessions hidden from this role, sessions with track_activities off ('disabled': no start
 // time), and prepared transactions of this database (no session; their writes may date from
 // any time before they were prepared).
-Statement oldest_writer = {
+JOBCAP_STATEMENT(
+    oldest_writer,
     "SELECT min(a.xact_start) FILTER (WHERE a.backend_xid IS NOT NULL"
     "         OR a.state IN ('active', 'fastpath function call')),"
     "       count(*) FILTER (WHERE (a.state IS NULL AND a.query = '<insufficient privilege>')"
@@ -155,9 +154,7 @@ Statement oldest_writer = {
     " FROM pg_catalog.pg_stat_activity a"
     " WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()"
     "   AND a.backend_type IS DISTINCT FROM 'autovacuum worker'",
-    0,
-    {},
-    nullptr};
+    {});
 
 Datum seconds_interval(double seconds)
 {
@@ -175,7 +172,7 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
     // pg_stat_activity is read once per transaction and then served from a copy: a second
     // look in the same transaction would see sessions as they were. Read it afresh.
     pgstat_clear_backend_activity_snapshot();
-    execute(oldest_writer, nullptr, nullptr, SPI_OK_SELECT);
+    execute(oldest_writer, Params(), SPI_OK_SELECT);
     Datum oldest = result_column(0, 1, &null);
     if (!null && DatumGetTimestampTz(oldest) < horizon)
         horizon = DatumGetTimestampTz(oldest);
@@ -190,9 +187,10 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
 
 uint64 collect_stats(StatsWindow& w, QueueStats** out)
 {
-    Datum values[3] = {TimestampTzGetDatum(w.since), TimestampTzGetDatum(w.until),
-                       TimestampTzGetDatum(w.now)};
-    uint64 rows = execute(statements::queue_stats, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
+    p.add(TimestampTzGetDatum(w.now));
+    uint64 rows = execute(statements::queue_stats, p, SPI_OK_SELECT);
     QueueStats* stats = static_cast<QueueStats*>(SPI_palloc(sizeof(QueueStats) * (rows + 1)));
     memset(stats, 0, sizeof(QueueStats) * (rows + 1));
     w.counted = false;
@@ -244,13 +242,14 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
 
 int64 refresh_counts(int32 max_jobs)
 {
-    if (execute(lock_progress, nullptr, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(lock_progress, Params(), SPI_OK_SELECT) == 0)
         return -1;
     TimestampTz since = DatumGetTimestampTz(result_column(0, 1));
     TimestampTz horizon = settled_horizon(GetCurrentTimestamp(), since);
-    Datum values[3] = {TimestampTzGetDatum(since), TimestampTzGetDatum(horizon),
-                       Int32GetDatum(max_jobs)};
-    execute(statements::refresh_stats, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(horizon));
+    p.add(Int32GetDatum(max_jobs));
+    execute(statements::refresh_stats, p, SPI_OK_SELECT);
     return DatumGetInt64(result_column(0, 1));
 }
 

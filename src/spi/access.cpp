@@ -40,21 +40,15 @@ Oid table_owner()
     pg_unreachable();
 }
 
-Statement queue_access = {
+JOBCAP_STATEMENT(
+    queue_access,
     "SELECT EXISTS (SELECT FROM jobcap.queues WHERE queue = $1), " JOBCAP_MAY_WORK("$2", "$1"),
-    2,
-    {TEXTOID, OIDOID},
-    nullptr,
-    false,
-    true};
+    {TEXTOID, OIDOID}, PlanKind::generic);
 
-Statement job_access = {
-    "SELECT " JOBCAP_MAY_WORK("$2", "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
-    2,
-    {INT8OID, OIDOID},
-    nullptr,
-    false,
-    true};
+JOBCAP_STATEMENT(job_access,
+                 "SELECT " JOBCAP_MAY_WORK("$2",
+                                           "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
+                 {INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace
 
@@ -104,10 +98,9 @@ void spi_close(Access& a)
         elog(ERROR, "jobcap: SPI_finish failed");
 }
 
-Datum caller_param(const Access& a, char* null)
+Params& Params::add_caller(const Access& a)
 {
-    *null = a.privileged ? 'n' : ' ';
-    return a.privileged ? (Datum) 0 : ObjectIdGetDatum(a.caller);
+    return add(ObjectIdGetDatum(a.caller), a.privileged);
 }
 
 Datum caller_name(const Access& a)
@@ -117,9 +110,9 @@ Datum caller_name(const Access& a)
 
 void check_queue(const Access& a, const char* function, Datum queue, const char* name)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {queue, caller_param(a, &nulls[1])};
-    execute(queue_access, values, nulls, SPI_OK_SELECT);
+    Params p;
+    p.add(queue).add_caller(a);
+    execute(queue_access, p, SPI_OK_SELECT);
     if (!DatumGetBool(result_column(0, 2)))
         deny_queue(function, name);
     if (!DatumGetBool(result_column(0, 1)))
@@ -128,9 +121,9 @@ void check_queue(const Access& a, const char* function, Datum queue, const char*
 
 void check_job(const Access& a, const char* function, int64 job_id)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {Int64GetDatum(job_id), caller_param(a, &nulls[1])};
-    if (execute(job_access, values, nulls, SPI_OK_SELECT) == 0) {
+    Params p;
+    p.add(Int64GetDatum(job_id)).add_caller(a);
+    if (execute(job_access, p, SPI_OK_SELECT) == 0) {
         if (a.privileged)
             raise_unknown_job(job_id);
         deny_job(function, job_id);

@@ -47,10 +47,6 @@ Access admit(const char* function, Duty duty);
 void spi_open(Access& access);
 void spi_close(Access& access);
 
-// The $caller parameter of a statement that checks grants (type oid): the caller, or NULL for
-// a privileged caller, whom no grant is needed for. *null is set to SPI's null flag.
-Datum caller_param(const Access& access, char* null);
-
 // The caller's role name, for history rows written on its behalf.
 Datum caller_name(const Access& access);
 

@@ -3,6 +3,7 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/statements.hpp"
 
 namespace jobcap {
 namespace {
@@ -23,15 +24,16 @@ int sqlstate(core::Fault fault)
 
 // The current state and fence of a job, read only to explain a failed compare-and-swap, and
 // whether the caller ($2) may work it at all.
-Statement job_now = {"SELECT state::text, fence, " JOBCAP_MAY_WORK(
-                         "$2", "jobs.queue") " FROM jobcap.jobs WHERE job_id = $1",
-                     2,
-                     {INT8OID, OIDOID},
-                     nullptr,
-                     false,
-                     true};
+JOBCAP_STATEMENT(job_now,
+                 "SELECT state::text, fence, " JOBCAP_MAY_WORK(
+                     "$2", "jobs.queue") " FROM jobcap.jobs WHERE job_id = $1",
+                 {INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace
+
+namespace statements {
+JOBCAP_STATEMENT(queue_exists, "SELECT FROM jobcap.queues WHERE queue = $1", {TEXTOID});
+}  // namespace statements
 
 void refuse_subtransaction(const char* function, const char* detail, const char* hint)
 {
@@ -64,10 +66,10 @@ void raise_unknown_queue(const char* queue)
 
 void raise_not_current(const Access& access, const char* function, int64 job_id, int64 fence)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {Int64GetDatum(job_id), caller_param(access, &nulls[1])};
+    Params p;
+    p.add(Int64GetDatum(job_id)).add_caller(access);
     // A caller denied the job's queue learns nothing more, not even whether the job exists.
-    if (execute(job_now, values, nulls, SPI_OK_SELECT) == 0) {
+    if (execute(job_now, p, SPI_OK_SELECT) == 0) {
         if (access.privileged)
             raise_unknown_job(job_id);
         deny_job(function, job_id);
