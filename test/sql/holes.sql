@@ -64,3 +64,17 @@ SELECT count(jobcap.fail_job(job_id, fence, 'poison'))
 SELECT job_id = :small AS small, left(payload_excerpt, 45) AS starts, right(payload_excerpt, 5) AS ends,
        length(payload_excerpt) AS chars
   FROM jobcap.dead_jobs WHERE queue = 'holes_dead' ORDER BY job_id;
+
+-- ALTER EXTENSION jobcap UPDATE from 0.1.0 rewrites queue settings that break the interval rule
+-- as plain lengths of time; settings that keep it are left as they were.
+DROP EXTENSION jobcap;
+CREATE EXTENSION jobcap VERSION '0.1.0';
+SELECT jobcap.create_queue('holes_old'), jobcap.create_queue('holes_fine');
+UPDATE jobcap.queues SET lease = '-2 mons +60 days 00:00:01', backoff_base = '1 day -1 hour',
+                         backoff_max = '1 mon'
+ WHERE queue = 'holes_old';
+UPDATE jobcap.queues SET lease = '2 days 01:00:00' WHERE queue = 'holes_fine';
+ALTER EXTENSION jobcap UPDATE TO '0.2.0';
+SELECT queue, lease, backoff_base, backoff_max FROM jobcap.queues ORDER BY queue;
+DROP EXTENSION jobcap;
+CREATE EXTENSION jobcap;
