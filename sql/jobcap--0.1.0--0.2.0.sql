@@ -12,18 +12,38 @@
 -- days and time of opposite signs (src/core/rules.cpp): PostgreSQL adds a month as a calendar
 -- month and a day as a calendar day in the session's time zone, so '-2 mons +60 days 00:00:01'
 -- passed as one second and made leases that expired at birth. Settings stored under 0.1.0 that
--- break the rule are rewritten as a plain length of time, the length extract(epoch) gives them.
-UPDATE jobcap.queues q
-   SET lease = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.lease)),
-       backoff_base = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.backoff_base)),
-       backoff_max = pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', q.backoff_max))
- WHERE EXISTS (SELECT FROM (VALUES (q.lease), (q.backoff_base), (q.backoff_max)) v(x)
-                WHERE pg_catalog.date_part('year', v.x) OPERATOR(pg_catalog.<>) 0
-                   OR pg_catalog.date_part('month', v.x) OPERATOR(pg_catalog.<>) 0
-                   OR pg_catalog.date_part('day', v.x) OPERATOR(pg_catalog.*)
-                      pg_catalog.date_part('epoch', v.x OPERATOR(pg_catalog.-)
-                          pg_catalog.make_interval(days => pg_catalog.date_part('day', v.x)::pg_catalog.int4))
-                      OPERATOR(pg_catalog.<) 0);
+-- break the rule (queues' settings, running jobs' leases) are rewritten as the plain length of
+-- time 0.1.0 checked them as: a month 30 days, a day 24 hours. The helper returns NULL for an
+-- interval that keeps the rule; extract(epoch) counts a year as 365.25 days, so 5.25 days
+-- (453600 s) per year are taken off. It exists only while this script runs. (Operators written
+-- OPERATOR(pg_catalog.x) all bind alike, left to right: hence the parentheses.)
+CREATE FUNCTION jobcap.upgrade_plain_span(x pg_catalog.interval)
+RETURNS pg_catalog.interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS $$
+SELECT CASE
+         WHEN pg_catalog.date_part('month', x) OPERATOR(pg_catalog.<>) 0
+           OR pg_catalog.date_part('year', x) OPERATOR(pg_catalog.<>) 0
+           OR (pg_catalog.date_part('day', x) OPERATOR(pg_catalog.*)
+               pg_catalog.date_part('epoch', x OPERATOR(pg_catalog.-) pg_catalog.make_interval(
+                   days => pg_catalog.date_part('day', x)::pg_catalog.int4)))
+              OPERATOR(pg_catalog.<) 0
+         THEN pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', x)
+                  OPERATOR(pg_catalog.-) (pg_catalog.date_part('year', x) OPERATOR(pg_catalog.*) 453600))
+       END
+$$;
+UPDATE jobcap.queues
+   SET lease = coalesce(jobcap.upgrade_plain_span(lease), lease),
+       backoff_base = coalesce(jobcap.upgrade_plain_span(backoff_base), backoff_base),
+       backoff_max = coalesce(jobcap.upgrade_plain_span(backoff_max), backoff_max)
+ WHERE jobcap.upgrade_plain_span(lease) IS NOT NULL
+    OR jobcap.upgrade_plain_span(backoff_base) IS NOT NULL
+    OR jobcap.upgrade_plain_span(backoff_max) IS NOT NULL;
+UPDATE jobcap.jobs SET lease = jobcap.upgrade_plain_span(lease)
+ WHERE state OPERATOR(pg_catalog.=) 'running'::jobcap.job_state
+   AND jobcap.upgrade_plain_span(lease) IS NOT NULL;
+DROP FUNCTION jobcap.upgrade_plain_span(pg_catalog.interval);
 
 -- dead_jobs shows what each dead job was given: the first 200 characters of its payload as
 -- text, marked when cut (an operator should not need jobcap.jobs to learn which file died).

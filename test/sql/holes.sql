@@ -74,7 +74,12 @@ UPDATE jobcap.queues SET lease = '-2 mons +60 days 00:00:01', backoff_base = '1 
                          backoff_max = '1 mon'
  WHERE queue = 'holes_old';
 UPDATE jobcap.queues SET lease = '2 days 01:00:00' WHERE queue = 'holes_fine';
+SELECT jobcap.enqueue_job('holes_old') AS old_job \gset
+SELECT count(*) FROM jobcap.claim_job('holes_old', 'w');
+UPDATE jobcap.jobs SET lease = '1 year -360 days 00:00:05' WHERE job_id = :old_job;
 ALTER EXTENSION jobcap UPDATE TO '0.2.0';
 SELECT queue, lease, backoff_base, backoff_max FROM jobcap.queues ORDER BY queue;
+SELECT lease AS running_lease FROM jobcap.jobs WHERE job_id = :old_job;
+SELECT count(*) AS helpers_left FROM pg_proc WHERE proname = 'upgrade_plain_span';
 DROP EXTENSION jobcap;
 CREATE EXTENSION jobcap;
