@@ -69,6 +69,35 @@ CREATE EVENT TRIGGER jobcap_before_drop_extension ON ddl_command_start
     WHEN TAG IN ('DROP EXTENSION')
     EXECUTE FUNCTION jobcap.before_drop_extension();
 
+-- Rolled-back claims (src/background/rollbacks.cpp). With jobcap preloaded, the attempt of a
+-- claim whose transaction rolled back is still counted: the reaper adds it in a transaction of
+-- its own and leaves a history row of kind claim_rolled_back. Like an expired lease, such an
+-- attempt ended without a report: the statistics, and dead_jobs' crashes (below, in the view of
+-- the caps), count both.
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,requeued,claim_rolled_back}'));
+COMMENT ON TABLE jobcap.job_errors IS
+    'Attempts that ended badly: reported errors, leases that expired without a report, claims that rolled back, requeues.';
+
+-- Without the preload there is no shared memory to keep rolled-back claims in: say so at
+-- install (and upgrade) time, beside the warning about the worker (a WARNING: extension
+-- scripts hide notices). The ring is allocated exactly when jobcap is preloaded.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_shmem_allocations s
+                    WHERE s.name OPERATOR(pg_catalog.=) 'jobcap rolled-back claims') THEN
+        RAISE WARNING 'jobcap is not preloaded: a claim whose transaction rolls back does not count its attempt'
+            USING DETAIL = 'BEGIN; claim; ROLLBACK undoes the attempt count, so a job whose claims '
+                           'keep rolling back never reaches its cap.',
+                  HINT = 'Add jobcap to shared_preload_libraries and restart the server, and '
+                         'commit every claim before its work starts.';
+    END IF;
+END
+$$;
+
+-- (End of rolled-back claims.)
+
 -- Caps. A job's cap is the lower of its own max_attempts and its queue's, so a job cannot
 -- outlast its queue's cap and lowering that cap binds every job of the queue at once; the one
 -- exception is the budget requeue_job (or requeue_dead) grants, which holds until the queue's
@@ -93,7 +122,7 @@ SELECT j.job_id, j.queue, j.attempts,
                       WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
                       ORDER BY e.seq DESC LIMIT 1) e ON true
   LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'lease_expired') AS crashes,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back}')) AS crashes,
                             min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
                             max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
                        FROM jobcap.job_errors h
@@ -167,7 +196,7 @@ SELECT j.job_id, j.queue, j.attempts,
                       WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
                       ORDER BY e.seq DESC LIMIT 1) e ON true
   LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'lease_expired') AS crashes,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back}')) AS crashes,
                             min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
                             max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
                        FROM jobcap.job_errors h

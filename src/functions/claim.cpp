@@ -2,7 +2,10 @@
 // one of these statements, and each is ONE statement that locks, counts and caps:
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
-// run past its cap, and the count is committed before any work starts.
+// run past its cap, and the count is committed before any work starts. Should the claiming
+// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// with jobcap preloaded, the reaper counts their attempts anyway.
+#include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -115,8 +118,10 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     uint64 rows = execute(statements::claim_job, p, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -145,10 +150,12 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
     uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -168,8 +175,10 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    reserve_claims(1);
     spi_open(access);
     uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_job(access, function, job_id);
     return_claimed(fcinfo, rows);
