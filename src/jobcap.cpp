@@ -101,6 +101,8 @@ extern "C" void _PG_init(void)
     // Rolled-back claims: noted in every backend, counted when preloaded (shared memory).
     jobcap::install_rollback_tracking();
 
-    if (process_shared_preload_libraries_in_progress)
+    if (process_shared_preload_libraries_in_progress) {
         jobcap::register_launcher();
+        jobcap::install_ddl_hooks();
+    }
 }

@@ -26,4 +26,8 @@ bool database_wanted(const char* name);
 // while shared_preload_libraries is being processed.
 void register_launcher();
 
+// Installs the hooks of src/background/ddl.cpp (reapers out of the way of database DDL, the
+// launcher woken by it). Called from _PG_init while shared_preload_libraries is being processed.
+void install_ddl_hooks();
+
 }  // namespace jobcap

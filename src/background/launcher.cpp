@@ -67,7 +67,9 @@ char unservable[kMaxDatabases][NAMEDATALEN];
 int nunservable = 0;
 
 // SIGINT (pg_cancel_backend) asks the launcher to look at every database now, waiving the waits:
-// CREATE EXTENSION jobcap sends it, so a new database is served at once under '*'.
+// CREATE EXTENSION jobcap sends it, so a new database is served at once under '*', and so does
+// every CREATE DATABASE, ALTER DATABASE and database rename when its transaction ends
+// (src/background/ddl.cpp), so a listed database is served as soon as it exists.
 volatile sig_atomic_t rescan_requested = false;
 
 void request_rescan(SIGNAL_ARGS)
@@ -154,7 +156,8 @@ void report_unservable()
                              "jobcap.database",
                              name),
                       errdetail("It does not exist, is a template, or does not accept "
-                                "connections. It will be served once it can be.")));
+                                "connections. It is served as soon as the CREATE DATABASE or "
+                                "ALTER DATABASE that makes it servable commits.")));
     }
 }
 

@@ -92,6 +92,23 @@ Problem check_span(const char* what, const Span& value, bool allow_zero, bool is
     return {};
 }
 
+Problem check_added_span(const char* what, const Span& value, bool allow_zero, bool is_null)
+{
+    if (is_null)
+        return problem(Fault::null_value, nullptr, "%s must not be null", what);
+    if (value.months != 0)
+        return problem(Fault::invalid_value,
+                       "A month added to a time lasts 28 to 31 days; write the span in days, "
+                       "hours or seconds, e.g. '30 days'.",
+                       "%s must not have a month component", what);
+    if ((value.days > 0 && value.usec < 0) || (value.days < 0 && value.usec > 0))
+        return problem(Fault::invalid_value,
+                       "A day added to a time lasts 23 to 25 hours; write the span with one sign, "
+                       "e.g. '23:59:59' rather than '1 day -00:00:01'.",
+                       "%s must not mix days and time of opposite signs", what);
+    return check_span(what, value, allow_zero, false);
+}
+
 Problem check_backoff_order(const Span& base, const Span& max)
 {
     if (span_usec(base) > span_usec(max))

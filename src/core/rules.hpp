@@ -53,6 +53,13 @@ Problem check_positive(const char* what, std::int64_t value, std::int64_t max, b
 // An interval that must be positive (allow_zero: at least zero) and at most ten years.
 Problem check_span(const char* what, const Span& value, bool allow_zero, bool is_null);
 
+// An interval added to a time (now() + lease, now() + retry_in): PostgreSQL adds months as
+// calendar months and days as calendar days in the session's time zone (23 to 25 hours across a
+// daylight saving change), so a span is as long as span_usec says, whatever the date and zone,
+// only when it has no months and its days and time do not differ in sign. Refuses any other
+// span, then applies check_span.
+Problem check_added_span(const char* what, const Span& value, bool allow_zero, bool is_null);
+
 // A non-null argument that has no other rule.
 Problem check_not_null(const char* what, bool is_null);
 

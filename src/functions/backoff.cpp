@@ -10,13 +10,9 @@ using namespace jobcap;
 JOBCAP_FUNCTION(backoff, Duty::anyone)
 {
     int32 attempt = DatumGetInt32(arg_required(fcinfo, 0, "attempt"));
-    bool unused = false;
-    Datum base = arg_span(fcinfo, 1, "backoff_base", true, false, &unused);
-    Datum max = arg_span(fcinfo, 2, "backoff_max", true, false, &unused);
-    core::Span b = {DatumGetIntervalP(base)->month, DatumGetIntervalP(base)->day,
-                    DatumGetIntervalP(base)->time};
-    core::Span m = {DatumGetIntervalP(max)->month, DatumGetIntervalP(max)->day,
-                    DatumGetIntervalP(max)->time};
+    // Only their lengths count (a month as 30 days): the delay is a plain length of time.
+    core::Span b = arg_length(fcinfo, 1, "backoff_base");
+    core::Span m = arg_length(fcinfo, 2, "backoff_max");
     int64 usec = core::backoff_delay(attempt, core::span_usec(b), core::span_usec(m),
                                      pg_prng_double(&pg_global_prng_state));
     Interval* result = static_cast<Interval*>(palloc0(sizeof(Interval)));

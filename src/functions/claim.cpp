@@ -203,16 +203,14 @@ uint64 claim_from_queue(const Access& access, const char* function, const Params
 }
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work and
-// the job can loop without a count. Inside a savepoint or an exception block it always would: refuse there.
-void refuse_subtransaction(const char* function)
+// the job can loop without a count. Inside a savepoint or an exception block it always would:
+// refuse there.
+void refuse_claim_in_subtransaction(const char* function)
 {
-    if (IsSubTransaction())
-        ereport(ERROR,
-                (errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-                 errmsg("%s cannot run inside a subtransaction", function),
-                 errdetail("A savepoint or exception block that rolls back would undo the claim, "
-                           "and the attempt it counted."),
-                 errhint("Claim in its own transaction and commit it before doing the work.")));
+    refuse_subtransaction(function,
+                          "A savepoint or exception block that rolls back would undo the claim, "
+                          "and the attempt it counted.",
+                          "Claim in its own transaction and commit it before doing the work.");
 }
 
 // Copies the claimed rows into the function's result, in claim order (the UPDATE returns them
@@ -248,7 +246,7 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 3, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     Params p;
@@ -276,7 +274,7 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     int32 batch = arg_count(fcinfo, 4, "batch", core::kMaxBatch);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 5, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -308,7 +306,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     NameArg worker = arg_worker(fcinfo, 1);
     bool no_lease = false;
     Datum lease = arg_span(fcinfo, 2, "lease", false, true, &no_lease);
-    refuse_subtransaction(function);
+    refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
     Params p;

@@ -5,6 +5,7 @@
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 #include "spi/statements.hpp"
 
 namespace jobcap {
@@ -81,10 +82,10 @@ JOBCAP_STATEMENT(enqueue_jobs, "WITH q AS (SELECT queue, notify FROM jobcap.queu
 
 namespace {
 
-// At READ COMMITTED the insert's snapshot is taken after its lock on jobcap.jobs, which
-// drop_queue's lock excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
+// At READ COMMITTED the insert's snapshot is taken after the queue lock (queue_lock.hpp), which
+// drop_queue's excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
 // snapshot can predate a drop that committed since: check the queue in the latest state, as
-// PostgreSQL's foreign keys do. Our lock on jobs now keeps any later drop waiting for us.
+// PostgreSQL's foreign keys do. Our queue lock now keeps any later drop waiting for us.
 void check_queue_survived(const NameArg& queue)
 {
     if (!IsolationUsesXactSnapshot())
@@ -125,6 +126,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
     }
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
 
+    lock_queue_for_insert(queue.datum);
     spi_open(access);
     int64 job_id = 0;
     bool notify = false;
@@ -174,6 +176,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     add_schedule(p, fcinfo, 2);
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
 
+    lock_queue_for_insert(queue.datum);
     spi_open(access);
     if (execute(statements::enqueue_jobs, p, SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);

@@ -5,6 +5,7 @@
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 
 namespace jobcap {
 namespace {
@@ -55,18 +56,22 @@ JOBCAP_STATEMENT(lock_paused, "SELECT paused FROM jobcap.queues WHERE queue = $1
 JOBCAP_STATEMENT(set_paused, "UPDATE jobcap.queues SET paused = $2 WHERE queue = $1",
                  {TEXTOID, BOOLOID});
 
-// drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
-// check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
-// SHARE ROW EXCLUSIVE) so that it also waits for a worker holding assert_fence's row lock:
-// that worker already holds a lock on the table, so its complete_job goes ahead of the waiting
-// drop instead of deadlocking with it.
-JOBCAP_STATEMENT(lock_jobs, "LOCK TABLE jobcap.jobs IN EXCLUSIVE MODE", {});
+// drop_queue locks only what belongs to the queue, in this order, each to commit: the queue row
+// (an alter_queue or another drop of it waits), every job of the queue (settles, claims and
+// requeues of those jobs wait or skip them; a worker holding assert_fence's lock on one is
+// waited for here, before the queue lock, so its own enqueue into the queue cannot deadlock
+// with the drop), then the queue lock (queue_lock.hpp: waits for transactions that inserted
+// jobs into it; later inserts wait for the drop and then find no queue), then the jobs again,
+// with a snapshot taken after the queue lock: those inserted in between. After that no job of
+// the queue can appear or change, so the check and the deletes see every job there will be.
+// Claims, enqueues and settles on other queues never wait for a drop.
+JOBCAP_STATEMENT(lock_queue_row, "SELECT FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
+                 {TEXTOID});
 
-JOBCAP_STATEMENT(
-    queue_activity,
-    "SELECT EXISTS (SELECT FROM jobcap.jobs WHERE queue = $1 AND state IN ('pending', 'running'))"
-    " FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
-    {TEXTOID});
+JOBCAP_STATEMENT(lock_queue_jobs,
+                 "SELECT count(*) FILTER (WHERE state IN ('pending', 'running')) > 0"
+                 "  FROM (SELECT state FROM jobcap.jobs WHERE queue = $1 FOR UPDATE) j",
+                 {TEXTOID});
 
 JOBCAP_STATEMENT(delete_queue,
                  "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1),"
@@ -194,9 +199,11 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     p.add(queue.datum);
 
     spi_open(access);
-    execute(lock_jobs, Params(), SPI_OK_UTILITY);
-    if (execute(queue_activity, p, SPI_OK_SELECT) == 0)
+    if (execute(lock_queue_row, p, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
+    execute(lock_queue_jobs, p, SPI_OK_SELECT);
+    lock_queue_for_drop(queue.datum);
+    execute(lock_queue_jobs, p, SPI_OK_SELECT);
     if (DatumGetBool(result_column(0, 1)) && !force)
         ereport(
             ERROR,

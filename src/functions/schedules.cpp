@@ -15,6 +15,7 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 
 #include "core/cron.hpp"
 
@@ -28,9 +29,9 @@ namespace {
 
 // The schedules, read without locks: which are due is decided in C, and the compare-and-swap
 // below settles races.
-JOBCAP_STATEMENT(schedules_due,
-                 "SELECT s.name, s.cron, s.last_slot FROM jobcap.job_schedules s ORDER BY s.name",
-                 {});
+JOBCAP_STATEMENT(
+    schedules_due,
+    "SELECT s.name, s.cron, s.last_slot, s.queue FROM jobcap.job_schedules s ORDER BY s.name", {});
 
 // $1 = name, $2 = last_slot as read, $3 = the slot, $4 = now. Column 1: whether this call
 // won the slot; column 2: the job it enqueued (NULL: a job of the schedule holds the key);
@@ -140,6 +141,8 @@ uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled)
         int64 slot = 0;
         if (!core::cron_latest(spec, minute_of(DatumGetTimestampTz(last)), upto, &slot))
             continue;
+        // Like every insert of jobs, under the queue lock, so drop_queue cannot miss the job.
+        lock_queue_for_insert(SPI_getbinval(row, all->tupdesc, 4, &null));
         Params p;
         p.add(name).add(last).add(TimestampTzGetDatum(time_of(slot))).add(TimestampTzGetDatum(now));
         execute(schedule_enqueue, p, SPI_OK_SELECT);

@@ -210,6 +210,15 @@ JOBCAP_FUNCTION(assert_fence, Duty::worker)
     Params p;
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add_caller(access);
     compare_and_swap(access, statements::assert_fence, function, job_id, fence, p, SPI_OK_SELECT);
+    // The row lock is the point of the call, and rolling back to a savepoint releases the row
+    // locks taken after it: the job could then be reaped and claimed again while this
+    // transaction goes on to commit its effects. Refused there, after the fence check, so that
+    // a stale fence is still reported as such.
+    refuse_subtransaction(function,
+                          "Rolling back to a savepoint would release the job's row lock, and the "
+                          "job could be reaped and claimed again while this transaction commits.",
+                          "Call jobcap.assert_fence outside savepoints and exception blocks, in "
+                          "the transaction that writes the job's effects.");
     PG_RETURN_VOID();
 }
 

@@ -82,13 +82,10 @@ int64 arg_fence(FunctionCallInfo fcinfo, int n)
     return PG_GETARG_INT64(n);
 }
 
-Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
-               bool* is_null)
+namespace {
+
+core::Span read_span(FunctionCallInfo fcinfo, int n)
 {
-    if (PG_ARGISNULL(n) && optional) {
-        *is_null = true;
-        return (Datum) 0;
-    }
     core::Span span;
     if (!PG_ARGISNULL(n)) {
         Interval* iv = PG_GETARG_INTERVAL_P(n);
@@ -96,12 +93,34 @@ Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero
         span.days = iv->day;
         span.usec = iv->time;
     }
-    core::Problem p = core::check_span(what, span, allow_zero, PG_ARGISNULL(n));
+    return span;
+}
+
+}  // namespace
+
+Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
+               bool* is_null)
+{
+    if (PG_ARGISNULL(n) && optional) {
+        *is_null = true;
+        return (Datum) 0;
+    }
+    core::Problem p =
+        core::check_added_span(what, read_span(fcinfo, n), allow_zero, PG_ARGISNULL(n));
     if (p)
         raise_problem(p);
     if (is_null != nullptr)
         *is_null = false;
     return PG_GETARG_DATUM(n);
+}
+
+core::Span arg_length(FunctionCallInfo fcinfo, int n, const char* what)
+{
+    core::Span span = read_span(fcinfo, n);
+    core::Problem p = core::check_span(what, span, true, PG_ARGISNULL(n));
+    if (p)
+        raise_problem(p);
+    return span;
 }
 
 Datum kept_text(text* value)

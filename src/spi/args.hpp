@@ -4,6 +4,8 @@
 
 #include "pg.hpp"
 
+#include "core/rules.hpp"
+
 namespace jobcap {
 
 struct NameArg {
@@ -27,10 +29,15 @@ int64 arg_job_id(FunctionCallInfo fcinfo, int n);
 // A fence: required (any value; a fence that was never issued is simply not current).
 int64 arg_fence(FunctionCallInfo fcinfo, int n);
 
-// An interval: positive (or >= 0 when allow_zero) and at most ten years. When optional, a NULL
-// gives *is_null = true and returns 0.
+// An interval that jobcap adds to a time (a lease, a retry delay, a backoff): no months, days
+// and time of one sign, positive (or >= 0 when allow_zero) and at most ten years
+// (core::check_added_span). When optional, a NULL gives *is_null = true and returns 0.
 Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
                bool* is_null);
+
+// A required interval used only for its length (a month counts 30 days): at least zero and at
+// most ten years (core::check_span).
+core::Span arg_length(FunctionCallInfo fcinfo, int n, const char* what);
 
 // Text kept in a job's history (an error, a requeue reason): at most jobcap.max_error_bytes,
 // cut at a character boundary and marked.

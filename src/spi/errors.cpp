@@ -35,6 +35,14 @@ namespace statements {
 JOBCAP_STATEMENT(queue_exists, "SELECT FROM jobcap.queues WHERE queue = $1", {TEXTOID});
 }  // namespace statements
 
+void refuse_subtransaction(const char* function, const char* detail, const char* hint)
+{
+    if (IsSubTransaction())
+        ereport(ERROR, (errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+                        errmsg("%s cannot run inside a subtransaction", function),
+                        errdetail("%s", detail), errhint("%s", hint)));
+}
+
 void raise_problem(const core::Problem& problem)
 {
     ereport(ERROR, (errcode(sqlstate(problem.fault)), errmsg("%s", problem.message),

@@ -21,6 +21,10 @@ struct Access;
 [[noreturn]] void raise_not_current(const Access& access, const char* function, int64 job_id,
                                     int64 fence);
 
+// Refuses a call inside a savepoint or an exception block (25001), whose rollback would undo
+// what the call must keep to the end of the transaction; detail says what, hint what to do.
+void refuse_subtransaction(const char* function, const char* detail, const char* hint);
+
 // Raises 42704 for a job that does not exist.
 [[noreturn]] void raise_unknown_job(int64 job_id);
 

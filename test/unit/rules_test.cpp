@@ -85,6 +85,32 @@ TEST(Spans, LeaseMustBePositiveAndSane)
     EXPECT_EQ(check_span("lease", Span{}, false, true).fault, Fault::null_value);
 }
 
+TEST(Spans, AddedSpansAreAsLongAsTheyLook)
+{
+    EXPECT_FALSE(check_added_span("lease", seconds(300), false, false));
+    EXPECT_FALSE(check_added_span("lease", Span{0, 2, 3600000000}, false, false));
+    EXPECT_FALSE(check_added_span("retry_in", Span{}, true, false));
+    // '-2 mons +60 days 00:00:01' is one second long as PostgreSQL compares intervals, but
+    // now() + it is a month before now in most months.
+    Problem p = check_added_span("lease", Span{-2, 60, 1000000}, false, false);
+    EXPECT_EQ(p.fault, Fault::invalid_value);
+    EXPECT_STREQ(p.message, "lease must not have a month component");
+    EXPECT_NE(std::strstr(p.hint, "'30 days'"), nullptr);
+    EXPECT_TRUE(check_added_span("backoff_max", Span{1, 0, 0}, true, false));
+    // '1 day -23:59:59' is one second long, or minus an hour on a 23-hour day.
+    p = check_added_span("extend", Span{0, 1, -86399000000}, false, false);
+    EXPECT_EQ(p.fault, Fault::invalid_value);
+    EXPECT_STREQ(p.message, "extend must not mix days and time of opposite signs");
+    EXPECT_TRUE(check_added_span("lease", Span{0, -1, 90000000000}, false, false));
+    // Then the rules of check_span.
+    EXPECT_STREQ(check_added_span("lease", seconds(-1), false, false).message,
+                 "lease must be positive");
+    EXPECT_STREQ(check_added_span("lease", Span{0, -1, 0}, false, false).message,
+                 "lease must be positive");
+    EXPECT_EQ(check_added_span("lease", Span{0, 3651, 0}, false, false).fault, Fault::out_of_range);
+    EXPECT_EQ(check_added_span("lease", Span{}, false, true).fault, Fault::null_value);
+}
+
 TEST(Spans, BackoffMayBeZero)
 {
     EXPECT_FALSE(check_span("backoff_base", seconds(0), true, false));
