@@ -47,7 +47,7 @@ SELECT count(*) AS seen FROM (SELECT * FROM jobcap.claim_job('holes_limit', 'w',
 SELECT state, attempts, count(*) FROM jobcap.jobs WHERE queue = 'holes_limit'
  GROUP BY state, attempts ORDER BY state;
 BEGIN;
-DECLARE c CURSOR FOR SELECT job_id FROM jobcap.claim_job('holes_limit', 'w', batch => 3);
+DECLARE c CURSOR FOR SELECT job_id IS NOT NULL AS claimed FROM jobcap.claim_job('holes_limit', 'w', batch => 3);
 SELECT count(jobcap.enqueue_job('holes_limit')) FROM generate_series(1, 3);
 FETCH 1 FROM c;
 CLOSE c;
