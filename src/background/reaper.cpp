@@ -382,9 +382,10 @@ uint64 rolled_back_step(int32)
     const RolledBackClaim& claim = taken.items[taken.next];
     bool dead = false;
     if (!count_rolled_back(claim, &dead)) {
-        ereport(DEBUG1, (errmsg("jobcap reaper did not count the rolled-back claim of job %lld "
-                                "(fence %lld): the job has moved on",
-                                (long long) claim.job_id, (long long) claim.fence)));
+        ereport(DEBUG1,
+                (errmsg("jobcap reaper did not count the rolled-back claim of job %lld "
+                        "(fence %lld): the job has moved on, or the database is at jobcap 0.1.0",
+                        (long long) claim.job_id, (long long) claim.fence)));
         return 0;
     }
     return 1;

@@ -29,9 +29,11 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "commands/dbcommands.h"
 #include "utils/memutils.h"
 }
 
+#include "spi/access.hpp"
 #include "spi/cap.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
@@ -317,8 +319,22 @@ uint64 rolled_back_lost_unreported()
     return lost;
 }
 
+// The 0.1.0 schema has no history kind claim_rolled_back (its CHECK refuses it) and 0.1.0 never
+// counted rolled-back claims: between installing this library and ALTER EXTENSION jobcap UPDATE
+// they go uncounted, as under 0.1.0, and the reaper says so once per process.
 bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead)
 {
+    static bool said_schema_0_1 = false;
+    *went_dead = false;
+    if (!schema_is_0_2()) {
+        if (!said_schema_0_1)
+            ereport(LOG, (errmsg("jobcap reaper does not count rolled-back claims in database "
+                                 "\"%s\" until ALTER EXTENSION jobcap UPDATE",
+                                 get_database_name(MyDatabaseId)),
+                          errdetail("The database still has the schema of jobcap 0.1.0.")));
+        said_schema_0_1 = true;
+        return false;
+    }
     Params p;
     p.add(Int64GetDatum(claim.job_id)).add(Int64GetDatum(claim.fence));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(CStringGetTextDatum(claim.worker));

@@ -37,7 +37,8 @@ void give_back_rolled_back(const RolledBackClaim* claims, int n);  // to be trie
 uint64 rolled_back_lost_unreported();  // entries lost to a full ring since the last call
 
 // Counts one rolled-back claim inside an open SPI connection (a compare-and-swap: only while
-// the job is still as the rolled-back claim found it). Returns false when the job has moved on.
+// the job is still as the rolled-back claim found it). Returns false when the job has moved on,
+// and on a database still at jobcap 0.1.0, which has no place for the count (logged once).
 bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead);
 
 }  // namespace jobcap

@@ -49,12 +49,6 @@ namespace statements {
     ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
-// The 0.1.0 cap rule, for the 0.1.0 schema (no cap_epoch yet).
-#define CAP_0_1 "coalesce(j.max_attempts, q.max_attempts)"
-#define CAP_BY_0_1(QUEUE)                                                                          \
-    "coalesce(j.max_attempts, (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = " QUEUE  \
-    "))"
-
 // The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
 // claims, which run under the queue's row lock). A missing queue passes neither.
 #define QUEUE_OPEN(QUEUE)                                                                          \
@@ -107,11 +101,12 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
-// ALTER EXTENSION jobcap UPDATE (schema_has_controls).
-JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", CAP_BY_0_1("$4"), CAP_0_1),
+// ALTER EXTENSION jobcap UPDATE (schema_is_0_2).
+JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
                  PlanKind::steered);
-JOBCAP_STATEMENT(claim_job_by_id_0_1, CLAIM_ONE("true", "", CAP_BY_0_1("j.queue"), CAP_0_1),
+JOBCAP_STATEMENT(claim_job_by_id_0_1,
+                 CLAIM_ONE("true", "", JOBCAP_CAP_BY_0_1("j.queue"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
@@ -171,7 +166,7 @@ int32 capped_room(Datum queue)
 uint64 claim_from_queue(const Access& access, const char* function, const Params& claim,
                         const NameArg& queue, int32 batch)
 {
-    if (!schema_has_controls()) {
+    if (!schema_is_0_2()) {
         uint64 rows = execute(statements::claim_job_0_1, claim, SPI_OK_UPDATE_RETURNING);
         if (rows == 0)
             check_queue(access, function, queue.datum, queue.cstr);
@@ -314,7 +309,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     p.add(Int64GetDatum(job_id)).add_caller(access);
     reserve_claims(1);
     spi_open(access);
-    bool controls = schema_has_controls();
+    bool controls = schema_is_0_2();
     uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
                           p, SPI_OK_UPDATE_RETURNING);
     if (rows == 0 && !controls) {

@@ -21,32 +21,38 @@ constexpr int64 kMaxDeadBatch = 10000;
 
 // $1 = queue (NULL: every queue), $2 = since, $3 = until, $4 = n. Ranked by failed attempts in
 // the window (errors, lost leases and rolled-back claims, the last two as crashes), then the
-// latest failure.
-JOBCAP_STATEMENT(
-    top_failing_jobs,
-    "WITH f AS (SELECT e.job_id, count(*) AS failures,"
-    "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
-    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashes,"
-    "     min(e.at) AS first_at, max(e.at) AS last_at"
-    "   FROM jobcap.job_errors e"
-    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', "
-    "'claim_rolled_back')"
-    "     AND ($1::text IS NULL OR e.queue = $1)"
-    "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
-    " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
-    ","
-    "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
-    "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
-    "       THEN left(e.error, " LAST_ERROR_CHARS
-    " - 3) || '...' ELSE e.error END"
-    "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
-    "       AND e.kind IN ('error', 'lease_expired', 'claim_rolled_back')"
-    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
-    ")"
-    " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
-    " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
-    " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
-    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+// latest failure. CAP: the cap of job j with its queue q (spi/cap.hpp).
+#define TOP_FAILING_JOBS(CAP)                                                                      \
+    "WITH f AS (SELECT e.job_id, count(*) AS failures,"                                            \
+    "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"                                     \
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashes,"    \
+    "     min(e.at) AS first_at, max(e.at) AS last_at"                                             \
+    "   FROM jobcap.job_errors e"                                                                  \
+    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', "                  \
+    "'claim_rolled_back')"                                                                         \
+    "     AND ($1::text IS NULL OR e.queue = $1)"                                                  \
+    "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"              \
+    " SELECT f.job_id, j.queue, j.state, j.attempts, " CAP                                         \
+    ","                                                                                            \
+    "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"                                   \
+    "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS                                \
+    "       THEN left(e.error, " LAST_ERROR_CHARS                                                  \
+    " - 3) || '...' ELSE e.error END"                                                              \
+    "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"                                      \
+    "       AND e.kind IN ('error', 'lease_expired', 'claim_rolled_back')"                         \
+    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS                                                  \
+    ")"                                                                                            \
+    " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"                                            \
+    " LEFT JOIN jobcap.queues q ON q.queue = j.queue"                                              \
+    " ORDER BY f.failures DESC, f.last_at DESC, f.job_id"
+
+JOBCAP_STATEMENT(top_failing_jobs, TOP_FAILING_JOBS(JOBCAP_CAP),
+                 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+
+// The same on the 0.1.0 schema (0.1.0's cap rule; its history has no claim_rolled_back rows),
+// between installing this library and ALTER EXTENSION jobcap UPDATE.
+JOBCAP_STATEMENT(top_failing_jobs_0_1, TOP_FAILING_JOBS(JOBCAP_CAP_0_1),
+                 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // The dead jobs of queue $1 whose last failure's text matches $2 (LIKE; NULL: any, including
 // none) and that died in ($3, $4) (NULL: unbounded), oldest death first, at most $5, locked and
@@ -62,24 +68,33 @@ JOBCAP_STATEMENT(
     "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                             \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 
-// requeue_job's update (src/manage.cpp) over the cohort. $6 = reason, $7 = extra attempts
-// (NULL: the queue's cap), $8 = now, $9 = the calling role (for the history rows). Dead jobs hold their dedupe keys (jobs_dedupe covers dead),
-// so no other live job can hold one; the guard stays, as in requeue_job, and a job it stops
-// stays dead and is not counted.
-JOBCAP_STATEMENT(requeue_dead, "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"
-    " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
-    "     max_attempts = j.attempts + coalesce($7, q.max_attempts), cap_epoch = q.cap_epoch,"
-    "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"
-    "   FROM jobcap.queues q"
-    "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"
-    "    AND (j.state = 'dead') IS TRUE"
-    "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"
-    "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
-    "          AND o.state IN ('pending', 'running', 'dead'))"
-    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"
-    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8")
-    " SELECT count(*)::int FROM requeued",
-    {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+// requeue_job's update (src/functions/manage.cpp) over the cohort. $6 = reason, $7 = extra
+// attempts (NULL: the queue's cap), $8 = now, $9 = the calling role (for the history rows);
+// EPOCH sets the job's cap_epoch (spi/cap.hpp). Dead jobs hold their dedupe keys (jobs_dedupe
+// covers dead), so no other live job can hold one; the guard stays, as in requeue_job, and a
+// job it stops stays dead and is not counted.
+#define REQUEUE_DEAD(EPOCH)                                                                        \
+    "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"         \
+    " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"                                    \
+    "     max_attempts = j.attempts + coalesce($7, q.max_attempts)," EPOCH                         \
+    "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"                                \
+    "   FROM jobcap.queues q"                                                                      \
+    "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
+    "    AND (j.state = 'dead') IS TRUE"                                                           \
+    "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"                        \
+    "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"                           \
+    "          AND o.state IN ('pending', 'running', 'dead'))"                                     \
+    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"                           \
+    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8") " SELECT count(*)::int FROM requeued"
+
+JOBCAP_STATEMENT(requeue_dead, REQUEUE_DEAD(" cap_epoch = q.cap_epoch,"),
+                 {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
+                  TIMESTAMPTZOID, TEXTOID});
+
+// The same on the 0.1.0 schema (no cap_epoch yet), as requeue_job_0_1.
+JOBCAP_STATEMENT(requeue_dead_0_1, REQUEUE_DEAD(""),
+                 {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
+                  TIMESTAMPTZOID, TEXTOID});
 
 // Deletes the cohort with its history, as retention does.
 JOBCAP_STATEMENT(purge_dead, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
@@ -143,7 +158,8 @@ JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
-    uint64 rows = execute(top_failing_jobs, p, SPI_OK_SELECT);
+    uint64 rows =
+        execute(schema_is_0_2() ? top_failing_jobs : top_failing_jobs_0_1, p, SPI_OK_SELECT);
     if (rows == 0 && !all_queues)
         check_queue_exists(queue);
     for (uint64 r = 0; r < rows; ++r) {
@@ -176,7 +192,7 @@ JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
 
     spi_open(access);
     check_queue_exists(p.values[0]);
-    execute(requeue_dead, p, SPI_OK_SELECT);
+    execute(schema_is_0_2() ? requeue_dead : requeue_dead_0_1, p, SPI_OK_SELECT);
     int32 requeued = DatumGetInt32(result_column(0, 1));
     spi_close(access);
     PG_RETURN_INT32(requeued);

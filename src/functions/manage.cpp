@@ -19,22 +19,29 @@ JOBCAP_STATEMENT(
     {INT8OID, TIMESTAMPTZOID});
 
 // The budget becomes attempts + extra ($3, NULL: the queue's cap), held until the queue's cap is
-// next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp); the reason goes to history
-// with the calling role ($5: the statement runs as the tables' owner, see access.hpp).
-// A job whose dedupe key another live job now holds stays where it is (see why_not_requeued).
-JOBCAP_STATEMENT(
-    requeue_job,
-    "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
-    "     max_attempts = j.attempts + coalesce($3, q.max_attempts), cap_epoch = q.cap_epoch,"
-    "     run_at = $4, finished_at = NULL, lease_expires_at = NULL"
-    "   FROM jobcap.queues q"
-    "  WHERE j.job_id = $1 AND j.state IN ('dead', 'cancelled') AND q.queue = j.queue"
-    "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"
-    "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"
-    "          AND o.state IN ('pending', 'running', 'dead'))"
-    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $5 AS worker)," JOBCAP_HISTORY_CTES(
-        "requeued", "'requeued'", "$2", "$4") " SELECT job_id FROM requeued",
-    {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+// next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp: EPOCH sets it); the reason
+// goes to history with the calling role ($5: the statement runs as the tables' owner, see
+// access.hpp). A job whose dedupe key another live job now holds stays where it is (see
+// why_not_requeued).
+#define REQUEUE_JOB(EPOCH)                                                                         \
+    "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"                                \
+    "     max_attempts = j.attempts + coalesce($3, q.max_attempts)," EPOCH                         \
+    "     run_at = $4, finished_at = NULL, lease_expires_at = NULL"                                \
+    "   FROM jobcap.queues q"                                                                      \
+    "  WHERE j.job_id = $1 AND j.state IN ('dead', 'cancelled') AND q.queue = j.queue"             \
+    "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"                        \
+    "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"                           \
+    "          AND o.state IN ('pending', 'running', 'dead'))"                                     \
+    "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $5 AS worker)," JOBCAP_HISTORY_CTES(      \
+        "requeued", "'requeued'", "$2", "$4") " SELECT job_id FROM requeued"
+
+JOBCAP_STATEMENT(requeue_job, REQUEUE_JOB(" cap_epoch = q.cap_epoch,"),
+                 {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+
+// The same on the 0.1.0 schema (no cap_epoch yet: under 0.1.0's cap rule the job's own
+// max_attempts is its cap), between installing this library and ALTER EXTENSION jobcap UPDATE.
+JOBCAP_STATEMENT(requeue_job_0_1, REQUEUE_JOB(""),
+                 {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
 
 JOBCAP_STATEMENT(job_exists, "SELECT FROM jobcap.jobs WHERE job_id = $1", {INT8OID});
 
@@ -88,7 +95,7 @@ JOBCAP_FUNCTION(requeue_job, Duty::operator_)
     job.add(Int64GetDatum(job_id));
 
     spi_open(access);
-    bool requeued = execute(requeue_job, p, SPI_OK_SELECT) > 0;
+    bool requeued = execute(schema_is_0_2() ? requeue_job : requeue_job_0_1, p, SPI_OK_SELECT) > 0;
     if (!requeued) {
         if (execute(why_not_requeued, job, SPI_OK_SELECT) == 0)
             raise_unknown_job(job_id);

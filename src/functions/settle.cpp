@@ -35,22 +35,34 @@ JOBCAP_STATEMENT(
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
     {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
-// The attempt that just failed was the last when attempts has reached the cap: the claim
-// counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
-#define LAST_ATTEMPT "j.attempts >= " JOBCAP_CAP
-JOBCAP_STATEMENT(fail_job, "WITH failed AS (UPDATE jobcap.jobs j"
-    "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
-    "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"
-    "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"
-    "       finished_at = CASE WHEN " LAST_ATTEMPT " THEN $5 END,"
-    "       lease_expires_at = NULL"
-    "  FROM jobcap.queues q"
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"
-    "   AND " JOBCAP_MAY_WORK("$6", "j.queue")
-    " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
-    JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
-    " SELECT state FROM failed",
-    {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+// The attempt that just failed was the last when attempts has reached the cap (CAP: the cap of
+// job j joined with queue q, spi/cap.hpp): the claim counted it already. $4 = retry_in (NULL:
+// the queue's backoff), $5 = now, $6 = caller.
+#define FAIL_JOB(CAP)                                                                              \
+    "WITH failed AS (UPDATE jobcap.jobs j"                                                         \
+    "   SET state = CASE WHEN j.attempts >= " CAP                                                  \
+    " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"                                           \
+    "       run_at = CASE WHEN j.attempts >= " CAP                                                 \
+    " THEN j.run_at ELSE $5 +"                                                                     \
+    "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"        \
+    "       finished_at = CASE WHEN j.attempts >= " CAP                                            \
+    " THEN $5 END,"                                                                                \
+    "       lease_expires_at = NULL"                                                               \
+    "  FROM jobcap.queues q"                                                                       \
+    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"          \
+    "   AND " JOBCAP_MAY_WORK("$6", "j.queue")                                                     \
+    " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"                       \
+    JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5") " SELECT state FROM failed"
+
+JOBCAP_STATEMENT(fail_job, FAIL_JOB(JOBCAP_CAP),
+                 {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
+                 PlanKind::generic);
+
+// fail_job of the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between installing this
+// library and ALTER EXTENSION jobcap UPDATE.
+JOBCAP_STATEMENT(fail_job_0_1, FAIL_JOB(JOBCAP_CAP_0_1),
+                 {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
+                 PlanKind::generic);
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
@@ -186,8 +198,9 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     else
         p.add(kept_text(PG_GETARG_TEXT_PP(2)));
     p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return compare_and_swap(access, statements::fail_job, function, job_id, fence, p,
-                            SPI_OK_SELECT);
+    return compare_and_swap(access,
+                            schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
+                            function, job_id, fence, p, SPI_OK_SELECT);
 }
 
 JOBCAP_FUNCTION(heartbeat, Duty::worker)

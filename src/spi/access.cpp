@@ -103,7 +103,7 @@ Params& Params::add_caller(const Access& a)
     return add(ObjectIdGetDatum(a.caller), a.privileged);
 }
 
-bool schema_has_controls()
+bool schema_is_0_2()
 {
     Oid schema = get_namespace_oid("jobcap", true);
     Oid queues = OidIsValid(schema) ? get_relname_relid("queues", schema) : InvalidOid;

@@ -156,6 +156,40 @@ $node->safe_psql('reaped', q{UPDATE jobcap.jobs SET lease_expires_at = now() - i
 ok(defined wait_until_db($node, 'reaped', "SELECT state = 'pending' FROM jobcap.jobs WHERE job_id = 1"),
 	"the background worker reaps a database at $old");
 
+# The rest of a worker's and an operator's calls there, still at $old, with $old's cap rule (a
+# job's own max_attempts, else its queue's): a last attempt that fails, a last lease that the
+# background worker reaps, top_failing_jobs, requeue_job and requeue_dead (whose budgets, above
+# the queue's cap of one, the next claim honours), and a claim that rolls back, which $old has
+# no place to count: the worker says so once and leaves the job as the rollback left it.
+$node->safe_psql('reaped', q{SELECT jobcap.create_queue('d', max_attempts => 1, lease => '1 hour');
+    SELECT jobcap.enqueue_job('d', '{"n": 3}');
+    SELECT jobcap.enqueue_job('d', '{"n": 4}');});
+is($node->safe_psql('reaped', q{SELECT job_id || ' ' || jobcap.fail_job(job_id, fence, 'fatal')
+                                  FROM jobcap.claim_job('d', 'w')}),
+	'3 dead', "fail_job at $old: the last attempt dies");
+$node->safe_psql('reaped', q{SELECT count(*) FROM jobcap.claim_job('d', 'w', lease => '10 milliseconds')});
+ok(defined wait_until_db($node, 'reaped', "SELECT state = 'dead' FROM jobcap.jobs WHERE job_id = 4"),
+	"the background worker reaps a last lease into death at $old");
+is($node->safe_psql('reaped', q{SELECT job_id, state, attempts, max_attempts, failures, errors, crashes
+                                  FROM jobcap.top_failing_jobs('d')}),
+	"4|dead|1|1|1|0|1\n3|dead|1|1|1|1|0", "top_failing_jobs at $old");
+is($node->safe_psql('reaped', q{SELECT jobcap.requeue_job(4, 'one more', extra_attempts => 1)}),
+	't', "requeue_job at $old");
+is($node->safe_psql('reaped', q{SELECT jobcap.requeue_dead('d', 'two more', extra_attempts => 2)}),
+	'1', "requeue_dead at $old");
+is($node->safe_psql('reaped', q{SELECT string_agg(job_id || ' ' || attempt || '/' || max_attempts || ' '
+                                                  || jobcap.complete_job(job_id, fence), ', ' ORDER BY job_id)
+                                  FROM jobcap.claim_job('d', 'w', batch => 2)}),
+	'3 2/3 succeeded, 4 2/2 succeeded', 'the requeued jobs run again within their new budgets');
+my $rollback_offset = -s $node->logfile;
+$node->safe_psql('reaped', q{SELECT jobcap.enqueue_job('d', '{"n": 5}');
+    BEGIN; SELECT count(*) FROM jobcap.claim_job('d', 'w'); ROLLBACK;});
+$node->wait_for_log(
+	qr/jobcap reaper does not count rolled-back claims in database "reaped" until ALTER EXTENSION/,
+	$rollback_offset);
+is($node->safe_psql('reaped', 'SELECT state || \' \' || attempts FROM jobcap.jobs WHERE job_id = 5'),
+	'pending 0', "a rolled-back claim at $old is not counted");
+
 # The upgrade, with w1's session open and its lease in flight.
 my ($rc, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION jobcap UPDATE');
 is($rc, 0, 'ALTER EXTENSION jobcap UPDATE') or diag($err);
