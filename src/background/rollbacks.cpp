@@ -17,7 +17,9 @@
 //     as the claim found it: pending, below its cap, and with a fence lower than the one the
 //     claim handed out. The rollback restored the job's old fence, and every later claim gets a
 //     higher one from the sequence, so a claim that committed after the rolled-back one is
-//     never counted again, and a job that was cancelled or died meanwhile is left alone.
+//     never counted again, and a job that was cancelled or died meanwhile is left alone. A
+//     requeue (requeue_job, requeue_dead) also takes a new fence, so an attempt that rolled back
+//     before it is not charged to the budget the requeue granted.
 //
 // A transaction that claimed cannot be prepared (PREPARE TRANSACTION): its fate would be
 // decided in another session, where no callback of this one runs. The ring lives in shared
