@@ -151,6 +151,33 @@ ok(defined wait_until($node, "SELECT state = 'pending' AND attempts = 1 FROM job
 	'the refused transaction\'s claim is counted');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'nothing prepared');
 
+# A worker that rolls back and claims again at once, whose work outlasts the reaper's
+# lock_timeout (1 s): the postmortem's loop (a decode that runs into statement_timeout, raises,
+# and the worker's loop claims the next job, the same one). Its next claim must not hold the job's
+# row while the rolled-back attempt waits to be counted, or the reaper's count waits behind that
+# claim's work, times out, and after three tries gives up: the job would run far past its cap.
+# So the job is not handed out again until its rolled-back attempt is counted.
+$node->safe_psql('postgres',
+	"SELECT jobcap.create_queue('slow', max_attempts => 3, backoff_base => '0', backoff_max => '0')");
+my $slow = $node->safe_psql('postgres', "SELECT jobcap.enqueue_job('slow')");
+my $slow_worker = $node->background_psql('postgres');
+my $slow_runs = 0;
+for my $i (1 .. 8)
+{
+	# Claim right after the previous rollback, in one round trip, as a worker loop does.
+	my $got = $slow_worker->query_safe(($i == 1 ? '' : 'ROLLBACK; ')
+		  . "BEGIN; SELECT count(*) FROM jobcap.claim_job('slow', 'w-slow')");
+	$slow_runs += $got;
+	$slow_worker->query_safe('SELECT pg_sleep(1.2)');
+}
+$slow_worker->query_safe('ROLLBACK');
+$slow_worker->quit;
+ok(defined wait_until($node, "SELECT state = 'dead' FROM jobcap.jobs WHERE job_id = $slow"),
+	'the slow job whose claims keep rolling back went dead');
+is($slow_runs, 3, 'it ran exactly its three attempts');
+is($node->safe_psql('postgres', "SELECT state || ' ' || attempts FROM jobcap.jobs WHERE job_id = $slow"),
+	'dead 3', 'dead at exactly its cap');
+
 # The ring's limits. A database no reaper serves keeps its rolled-back claims uncounted in the
 # ring; one transaction rolling back more claims than the ring holds (8192) loses the rest, and
 # a reaper says so. Newer entries overwrite the oldest, so the served database is still counted.
