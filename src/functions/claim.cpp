@@ -42,27 +42,32 @@ namespace statements {
     ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
-// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
-// the row: it runs once, as a one-time filter before the scan.
+// $4 = queue, $5 = batch, $6 = caller (NULL: privileged), $7 = jobs whose rolled-back claim is
+// not counted yet (background/rollbacks.hpp): skipped until it is. The grant check does not
+// depend on the row: it runs once, as a one-time filter before the scan.
 JOBCAP_STATEMENT(claim_job, "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND " JOBCAP_MAY_WORK("$6", "$4")
     "     AND j.attempts < " JOBCAP_CAP_BY("$4")
+    "     AND j.job_id <> ALL ($7)"
     "   ORDER BY j.priority, j.run_at, j.job_id"
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
     CLAIM_THE_COHORT,
-    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, PlanKind::steered);
+    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
+    PlanKind::steered);
 
-// $4 = job_id, $5 = caller (NULL: privileged).
+// $4 = job_id, $5 = caller (NULL: privileged), $6 = jobs whose rolled-back claim is not counted.
 JOBCAP_STATEMENT(claim_job_by_id,
                  "WITH cohort AS MATERIALIZED ("
                  "  SELECT j.job_id FROM jobcap.jobs j"
                  "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
+                 "     AND j.job_id <> ALL ($6)"
                  "     AND j.attempts < " JOBCAP_CAP_BY("j.queue") "     AND " JOBCAP_MAY_WORK(
                      "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
 
 }  // namespace statements
 
@@ -120,6 +125,7 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    p.add(uncounted_rolled_back_jobs());
     reserve_claims(batch);
     spi_open(access);
     uint64 rows = execute(statements::claim_job, p, SPI_OK_UPDATE_RETURNING);
@@ -152,6 +158,7 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    claim.add(uncounted_rolled_back_jobs());
     reserve_claims(batch);
     spi_open(access);
     if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
@@ -177,6 +184,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    p.add(uncounted_rolled_back_jobs());
     reserve_claims(1);
     spi_open(access);
     uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
