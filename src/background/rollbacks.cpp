@@ -283,7 +283,7 @@ Datum uncounted_rolled_back_jobs()
     // missed; that claim is then counted as before, once the new claim's transaction ends.
     if (ring == nullptr || ring->count == 0)
         return PointerGetDatum(construct_empty_array(INT8OID));
-    Datum* jobs = static_cast<Datum*>(palloc(sizeof(Datum) * kRingCapacity));
+    static Datum jobs[kRingCapacity];  // plain data, one per backend: no allocation per claim
     int n = 0;
     LWLockAcquire(ring_lock, LW_SHARED);
     bool served = false;
@@ -293,10 +293,8 @@ Datum uncounted_rolled_back_jobs()
         if (ring->entries[i].database == MyDatabaseId)
             jobs[n++] = Int64GetDatum(ring->entries[i].job_id);
     LWLockRelease(ring_lock);
-    ArrayType* a =
-        construct_array(jobs, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-    pfree(jobs);
-    return PointerGetDatum(a);
+    return PointerGetDatum(
+        construct_array(jobs, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 bool rolled_back_waiting()
