@@ -4,7 +4,7 @@
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts. Should the claiming
 // transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
-// with jobcap preloaded, the reaper counts their attempts anyway.
+// with jobcap preloaded, the reaper counts their attempts anyway; until it has, claims skip them.
 #include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
