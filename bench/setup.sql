@@ -204,7 +204,7 @@ BEGIN
     BEGIN
         job := '{}';
         fence := '{}';
-        FOR c IN EXECUTE $q$EXECUTE bench_probe_claim_job(clock_timestamp(), 'probe', NULL, 'bench', 20, NULL)$q$ LOOP
+        FOR c IN EXECUTE $q$EXECUTE bench_probe_claim_job(clock_timestamp(), 'probe', NULL, 'bench', 20, NULL, '{}')$q$ LOOP
             job := job || c.job_id;
             fence := fence || c.fence;
         END LOOP;

@@ -105,6 +105,15 @@ $$;
 -- at the requeue that set its max_attempts (src/spi/cap.hpp writes the rule once).
 ALTER TABLE jobcap.queues ADD COLUMN cap_epoch bigint NOT NULL DEFAULT 0;
 ALTER TABLE jobcap.jobs ADD COLUMN cap_epoch bigint;
+-- 0.1.0 honoured a job's own max_attempts above its queue's cap. A budget requeue_job granted
+-- under 0.1.0 (the job has a requeued history row) keeps holding, as one granted now would, until
+-- the queue's cap is next lowered; a cap given at enqueue is bound by its queue's from now on.
+-- (A requeue whose history row is gone, jobcap.error_history = 0 or pruned, cannot be told apart.)
+UPDATE jobcap.jobs j SET cap_epoch = 0
+ WHERE j.max_attempts IS NOT NULL
+   AND EXISTS (SELECT FROM jobcap.job_errors e
+                WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
+                  AND e.kind OPERATOR(pg_catalog.=) 'requeued');
 COMMENT ON COLUMN jobcap.queues.cap_epoch IS 'How many times max_attempts was lowered; a lowering ends every budget requeue_job granted before it.';
 COMMENT ON COLUMN jobcap.jobs.max_attempts IS 'This job''s own cap: binds only below its queue''s, unless requeue_job set it (see cap_epoch). NULL follows its queue''s.';
 COMMENT ON COLUMN jobcap.jobs.cap_epoch IS 'The queue''s cap_epoch when requeue_job set max_attempts; that budget holds while they are equal.';

@@ -362,8 +362,9 @@ void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* e
     FreeErrorData(error);
 }
 
-// Rolled-back claims (background/rollbacks.cpp) taken from the shared ring and not counted
-// yet: given back to the ring if the reaper exits before counting them.
+// Rolled-back claims (background/rollbacks.cpp) taken from the shared ring (marked as ours, still
+// in it, so claims keep skipping their jobs) and not counted yet: given back to the ring if the
+// reaper exits before counting them.
 struct TakenClaims {
     RolledBackClaim items[kRolledBackPerTake];
     int next;  // the one being counted
@@ -393,7 +394,7 @@ uint64 rolled_back_step(int32)
 
 // Counts this database's rolled-back claims, each in a transaction of its own. A claim whose
 // transaction fails is given back to the ring and tried again after a back-off, at most
-// kRolledBackTries times. Nothing between a count's commit and the step to the next claim
+// kRolledBackTries times. Nothing between a count's commit and its removal from the ring
 // processes interrupts, so an exit never counts one twice; one that interrupts a count rolls
 // it back and gives the claim back (give_back_taken).
 void count_rollbacks()
@@ -413,6 +414,7 @@ void count_rollbacks()
                 in_transaction(kCountingRollbacks.activity, rolled_back_step, 0, &rows, &error);
             if (outcome == Outcome::absent) {
                 // No extension, no job to count: the claims go with it.
+                finish_rolled_back(taken.items, taken.count);
                 taken.count = taken.next = 0;
                 return;
             }
@@ -423,12 +425,15 @@ void count_rollbacks()
                                          "of job %lld in database \"%s\"",
                                          (long long) claim.job_id, w.database),
                                   errdetail("It failed %d times.", kRolledBackTries)));
+                    finish_rolled_back(&claim, 1);
                     taken.next++;
                 }
                 give_back_taken(0, 0);
                 back_off(w.counting_rollbacks, kCountingRollbacks.failed, outcome, error);
                 return;
             }
+            // Counted (or moved on): out of the ring, so claims no longer skip the job.
+            finish_rolled_back(&taken.items[taken.next], 1);
             counted += rows;
             taken.next++;
         }

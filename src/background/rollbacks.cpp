@@ -11,13 +11,20 @@
 //     them into a ring in shared memory (fixed capacity; when full, the oldest entries are
 //     overwritten and counted as lost) and sets the latch of the database's reaper. It takes
 //     one LWLock and copies plain data: nothing there can raise.
-//  3. The reaper (reaper.cpp) takes its database's entries and counts each in a transaction of
+//  3. Until an entry is counted (or given up), claims in its database skip its job when a reaper
+//     serves the database (uncounted_rolled_back_jobs): a worker that claims again at once after
+//     its rollback would otherwise hold the row through its work while the reaper's count waits
+//     for it past lock_timeout, and a committed claim would overtake the count.
+//  4. The reaper (reaper.cpp) marks its database's entries as its own (they stay in the ring
+//     until counted or given up, so their jobs stay skipped) and counts each in a transaction of
 //     its own, as a compare-and-swap (count_rolled_back below): attempts + 1 and a history row
 //     of kind claim_rolled_back, dead when the cap is reached, but only while the job is still
 //     as the claim found it: pending, below its cap, and with a fence lower than the one the
 //     claim handed out. The rollback restored the job's old fence, and every later claim gets a
 //     higher one from the sequence, so a claim that committed after the rolled-back one is
-//     never counted again, and a job that was cancelled or died meanwhile is left alone.
+//     never counted again, and a job that was cancelled or died meanwhile is left alone. A
+//     requeue (requeue_job, requeue_dead) also takes a new fence, so an attempt that rolled back
+//     before it is not charged to the budget the requeue granted.
 //
 // A transaction that claimed cannot be prepared (PREPARE TRANSACTION): its fate would be
 // decided in another session, where no callback of this one runs. The ring lives in shared
@@ -238,6 +245,7 @@ void note_claims(uint64 rows, const char* worker)
         RolledBackClaim& c = mine.items[mine.count++];
         c.database = MyDatabaseId;
         c.tries = 0;
+        c.taken_by = 0;
         c.job_id = DatumGetInt64(result_column(r, 1));
         c.fence = DatumGetInt64(result_column(r, 2));
         memcpy(c.worker, worker, len);
@@ -271,6 +279,26 @@ void register_reaper_latch()
                       errdetail("More than %d jobcap reapers are running.", kMaxReapers)));
 }
 
+Datum uncounted_rolled_back_jobs()
+{
+    // An unlocked look first: the ring is empty nearly always. An entry pushed just after it is
+    // missed; that claim is then counted as before, once the new claim's transaction ends.
+    if (ring == nullptr || ring->count == 0)
+        return PointerGetDatum(construct_empty_array(INT8OID));
+    static Datum jobs[kRingCapacity];  // plain data, one per backend: no allocation per claim
+    int n = 0;
+    LWLockAcquire(ring_lock, LW_SHARED);
+    bool served = false;
+    for (int i = 0; i < kMaxReapers && !served; ++i)
+        served = ring->reapers[i].database == MyDatabaseId && ring->reapers[i].latch != nullptr;
+    for (int i = 0; served && i < ring->count; ++i)
+        if (ring->entries[i].database == MyDatabaseId)
+            jobs[n++] = Int64GetDatum(ring->entries[i].job_id);
+    LWLockRelease(ring_lock);
+    return PointerGetDatum(
+        construct_array(jobs, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
 bool rolled_back_waiting()
 {
     if (ring == nullptr || ring->count == 0)
@@ -278,7 +306,7 @@ bool rolled_back_waiting()
     bool any = false;
     LWLockAcquire(ring_lock, LW_SHARED);
     for (int i = 0; i < ring->count && !any; ++i)
-        any = ring->entries[i].database == MyDatabaseId;
+        any = ring->entries[i].database == MyDatabaseId && ring->entries[i].taken_by == 0;
     LWLockRelease(ring_lock);
     return any;
 }
@@ -288,24 +316,64 @@ int take_rolled_back(RolledBackClaim* out, int max)
     if (ring == nullptr)
         return 0;
     int taken = 0;
-    int kept = 0;
     LWLockAcquire(ring_lock, LW_EXCLUSIVE);
-    for (int i = 0; i < ring->count; ++i) {
-        const RolledBackClaim& c = ring->entries[i];
-        if (taken < max && c.database == MyDatabaseId)
+    for (int i = 0; i < ring->count && taken < max; ++i) {
+        RolledBackClaim& c = ring->entries[i];
+        if (c.database == MyDatabaseId && c.taken_by == 0) {
+            c.taken_by = MyProcPid;
             out[taken++] = c;
-        else
-            ring->entries[kept++] = c;
+        }
     }
-    ring->count = kept;
     LWLockRelease(ring_lock);
     return taken;
 }
 
+namespace {
+
+// The ring's index of our entry for claim (the same job and fence, taken by us), or -1 when a
+// full ring overwrote it.
+int find_taken(const RolledBackClaim& claim)
+{
+    for (int i = 0; i < ring->count; ++i) {
+        const RolledBackClaim& c = ring->entries[i];
+        if (c.taken_by == MyProcPid && c.database == claim.database && c.job_id == claim.job_id &&
+            c.fence == claim.fence)
+            return i;
+    }
+    return -1;
+}
+
+}  // namespace
+
 void give_back_rolled_back(const RolledBackClaim* claims, int n)
 {
-    if (ring != nullptr && n > 0)
-        push(claims, n, 0, InvalidOid);
+    if (ring == nullptr || n <= 0)
+        return;
+    LWLockAcquire(ring_lock, LW_EXCLUSIVE);
+    for (int k = 0; k < n; ++k) {
+        int i = find_taken(claims[k]);
+        if (i >= 0) {
+            ring->entries[i].taken_by = 0;
+            ring->entries[i].tries = claims[k].tries;
+        }
+    }
+    LWLockRelease(ring_lock);
+}
+
+void finish_rolled_back(const RolledBackClaim* claims, int n)
+{
+    if (ring == nullptr || n <= 0)
+        return;
+    LWLockAcquire(ring_lock, LW_EXCLUSIVE);
+    for (int k = 0; k < n; ++k) {
+        int i = find_taken(claims[k]);
+        if (i >= 0) {
+            memmove(&ring->entries[i], &ring->entries[i + 1],
+                    sizeof(RolledBackClaim) * (ring->count - i - 1));
+            ring->count--;
+        }
+    }
+    LWLockRelease(ring_lock);
 }
 
 uint64 rolled_back_lost_unreported()

@@ -4,7 +4,7 @@
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts. Should the claiming
 // transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
-// with jobcap preloaded, the reaper counts their attempts anyway.
+// with jobcap preloaded, the reaper counts their attempts anyway; until it has, claims skip them.
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
 // queue with max_running hands out only what fits. The common case (neither) costs one
@@ -57,8 +57,9 @@ namespace statements {
 #define QUEUE_NOT_PAUSED(QUEUE)                                                                    \
     "(SELECT NOT q.paused FROM jobcap.queues q WHERE q.queue = " QUEUE ") IS TRUE"
 
-// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check and the queue's
-// controls do not depend on the row: each runs once, as a one-time filter before the scan.
+// $4 = queue, $5 = batch, $6 = caller (NULL: privileged), $7 = jobs whose rolled-back claim is
+// not counted yet (background/rollbacks.hpp): skipped until it is. The grant check and the
+// queue's controls do not depend on the row: each runs once, as a one-time filter before the scan.
 // CAP_BY: the cap of job j with its queue looked up by $4.
 #define CLAIM_BATCH(GATE, PAUSED, CAP_BY, CAP)                                                     \
     "WITH cohort AS MATERIALIZED ("                                                                \
@@ -66,48 +67,54 @@ namespace statements {
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
     "     AND " JOBCAP_MAY_WORK(                                                                   \
         "$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY                                       \
+                    " AND j.job_id <> ALL ($7)"                                                    \
                     "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
                     "   LIMIT $5"                                                                  \
                     "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
 
-JOBCAP_STATEMENT(
-    claim_job, CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
-    {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, PlanKind::steered);
+JOBCAP_STATEMENT(claim_job,
+                 CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
+                             JOBCAP_CAP),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
 JOBCAP_STATEMENT(claim_job_capped,
                  CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
                              JOBCAP_CAP),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
-// $4 = job_id, $5 = caller (NULL: privileged).
+// $4 = job_id, $5 = caller (NULL: privileged), $6 = jobs whose rolled-back claim is not counted.
 #define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP)                                                       \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
-    "     AND j.attempts < " CAP_BY " AND " JOBCAP_MAY_WORK(                                       \
+    "     AND j.job_id <> ALL ($6) AND j.attempts < " CAP_BY " AND " JOBCAP_MAY_WORK(              \
         "$5", "j.queue") " AND " GATE                                                              \
                          "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
 
 JOBCAP_STATEMENT(claim_job_by_id,
                  CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
                            JOBCAP_CAP),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
 
 JOBCAP_STATEMENT(claim_job_by_id_capped,
                  CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
                            JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
 
 // The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
 // ALTER EXTENSION jobcap UPDATE (schema_is_0_2).
 JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 JOBCAP_STATEMENT(claim_job_by_id_0_1,
                  CLAIM_ONE("true", "", JOBCAP_CAP_BY_0_1("j.queue"), JOBCAP_CAP_0_1),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
 // wait for it too), then count its running jobs with a fresh snapshot: every claim that went
@@ -247,6 +254,7 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    p.add(uncounted_rolled_back_jobs());
     reserve_claims(batch);
     spi_open(access);
     uint64 rows = claim_from_queue(access, function, p, queue, batch);
@@ -283,6 +291,7 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    claim.add(uncounted_rolled_back_jobs());
     reserve_claims(batch);
     spi_open(access);
     if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
@@ -307,6 +316,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    p.add(uncounted_rolled_back_jobs());
     reserve_claims(1);
     spi_open(access);
     bool controls = schema_is_0_2();

@@ -70,14 +70,16 @@ JOBCAP_STATEMENT(top_failing_jobs_0_1, TOP_FAILING_JOBS(JOBCAP_CAP_0_1),
 
 // requeue_job's update (src/functions/manage.cpp) over the cohort. $6 = reason, $7 = extra
 // attempts (NULL: the queue's cap), $8 = now, $9 = the calling role (for the history rows);
-// EPOCH sets the job's cap_epoch (spi/cap.hpp). Dead jobs hold their dedupe keys (jobs_dedupe
+// EPOCH sets the job's cap_epoch (spi/cap.hpp); a new fence starts a new generation, as in
+// requeue_job. Dead jobs hold their dedupe keys (jobs_dedupe
 // covers dead), so no other live job can hold one; the guard stays, as in requeue_job, and a
 // job it stops stays dead and is not counted.
 #define REQUEUE_DEAD(EPOCH)                                                                        \
     "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"         \
     " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"                                    \
     "     max_attempts = j.attempts + coalesce($7, q.max_attempts)," EPOCH                         \
-    "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"                                \
+    "     run_at = $8, finished_at = NULL, lease_expires_at = NULL,"                               \
+    "     fence = nextval('jobcap.fences')"                                                        \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
     "    AND (j.state = 'dead') IS TRUE"                                                           \

@@ -19,14 +19,17 @@ JOBCAP_STATEMENT(
     {INT8OID, TIMESTAMPTZOID});
 
 // The budget becomes attempts + extra ($3, NULL: the queue's cap), held until the queue's cap is
-// next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp: EPOCH sets it); the reason
+// next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp: EPOCH sets it). A new fence
+// starts a new generation: a claim that rolled back before the requeue is not counted against the
+// new budget (background/rollbacks.cpp counts only below the claim's fence). The reason
 // goes to history with the calling role ($5: the statement runs as the tables' owner, see
 // access.hpp). A job whose dedupe key another live job now holds stays where it is (see
 // why_not_requeued).
 #define REQUEUE_JOB(EPOCH)                                                                         \
     "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"                                \
     "     max_attempts = j.attempts + coalesce($3, q.max_attempts)," EPOCH                         \
-    "     run_at = $4, finished_at = NULL, lease_expires_at = NULL"                                \
+    "     run_at = $4, finished_at = NULL, lease_expires_at = NULL,"                               \
+    "     fence = nextval('jobcap.fences')"                                                        \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = $1 AND j.state IN ('dead', 'cancelled') AND q.queue = j.queue"             \
     "    AND NOT EXISTS (SELECT FROM jobcap.jobs o WHERE o.queue = j.queue"                        \

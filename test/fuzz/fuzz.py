@@ -19,7 +19,7 @@ Afterwards it checks: the postmaster is the one it started (same pid, same start
 log has no "terminated by signal"; no call ever got SQLSTATE XX000 or lost its connection; and
 the invariants hold over every logged change: a claim (pending -> running) adds exactly one
 attempt and never exceeds the cap in force, fences and attempts never go back and every claim
-gets a new fence, a fence is never handed out twice, terminal states are left only by
+gets a new fence (and so does a requeue), a fence is never handed out twice, terminal states are left only by
 requeue_job (and succeeded never). It prints the number of calls and the distinct SQLSTATEs.
 """
 import argparse
@@ -459,8 +459,10 @@ class Fuzzer:
                 "new_state = 'running' AND old_state <> 'pending'",
             "fence went back": "new_fence < old_fence",
             "attempts went back": "new_attempts < old_attempts",
-            "fence changed without a claim":
-                "new_fence <> old_fence AND NOT (old_state = 'pending' AND new_state = 'running')",
+            "fence changed without a claim or a requeue":
+                "new_fence <> old_fence AND NOT (old_state = 'pending' AND new_state = 'running')"
+                " AND NOT (old_state IN ('dead', 'cancelled') AND new_state = 'pending'"
+                " AND query LIKE '%requeue%')",
             "succeeded was left": "old_state = 'succeeded' AND new_state <> 'succeeded'",
             "dead or cancelled left other than by requeue_job":
                 "old_state IN ('dead', 'cancelled') AND new_state <> old_state"

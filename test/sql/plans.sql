@@ -28,7 +28,7 @@ BEGIN
   PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
   EXECUTE format('PREPARE claim_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s, %L)', 'probe', 'plans', batch,
+                 'EXECUTE claim_probe(clock_timestamp(), %L, NULL, %L, %s, %L, ''{}'')', 'probe', 'plans', batch,
                  caller) INTO plan;
   DEALLOCATE claim_probe;
   RETURN plan::jsonb;

@@ -116,8 +116,10 @@ sleep 1;    # ten reap intervals: any claim left in the ring is counted by now
 is(job_state('burst'), 'dead 3', 'at exactly its cap');
 is(history('burst'), '3 claim_rolled_back/w-burst', 'with three history rows');
 
-# Compare-and-swap: a claim that committed after a rolled-back one is not counted again. The
-# reaper's count waits behind a lock on job_errors (and retries) while another claim commits.
+# While the reaper's count of a rolled-back claim waits (here behind a lock on job_errors, and
+# retries), the job is not handed out again, by either claim: no committed claim overtakes the
+# count, so it is neither lost nor counted on top of one. (The count's compare-and-swap against a
+# claim that holds the row is isolation/rollback_count_race.)
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN; LOCK TABLE jobcap.job_errors IN EXCLUSIVE MODE');
 $node->safe_psql('postgres', q{
@@ -127,18 +129,24 @@ $node->safe_psql('postgres', q{
 ok(defined wait_until($node, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity
     WHERE backend_type = 'jobcap reaper' AND datname = 'postgres'"),
 	'the reaper is held up by the lock');
-my $claimed = $node->safe_psql('postgres',
-	"SELECT attempt || ' ' || fence FROM jobcap.claim_job('cas', 'w-committed')");
-like($claimed, qr/^1 \d+$/, 'the committed claim is attempt 1');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.claim_job('cas', 'w-committed')"),
+	'0', 'claim_job skips the job while its rolled-back attempt waits to be counted');
+is($node->safe_psql('postgres',
+	"SELECT count(*) FROM jobcap.claim_job_by_id($job{cas}, 'w-committed')"),
+	'0', '... and so does claim_job_by_id');
 $locker->query_safe('COMMIT');
 $locker->quit;
-sleep 2;    # the reaper's retries (lock_timeout, back-off) are over by now
-is(job_state('cas'), 'running 1', 'the rolled-back claim is not counted on top of the committed one');
-is(history('cas'), '0 ', 'no history row');
-my ($fence) = $claimed =~ /^1 (\d+)$/;
+ok(defined wait_until($node, "SELECT attempts = 1 FROM jobcap.jobs WHERE job_id = $job{cas}"),
+	'once the lock is gone, the rolled-back attempt is counted');
+my $claimed = $node->safe_psql('postgres',
+	"SELECT attempt || ' ' || fence FROM jobcap.claim_job('cas', 'w-committed')");
+like($claimed, qr/^2 \d+$/, 'the next claim is attempt 2');
+my ($fence) = $claimed =~ /^2 (\d+)$/;
 is($node->safe_psql('postgres', "SELECT jobcap.complete_job($job{cas}, $fence)"), 'succeeded',
 	'the committed claim completes');
-is(job_state('cas'), 'succeeded 1', 'one attempt in all');
+sleep 1;    # ten reap intervals: nothing more is counted
+is(job_state('cas'), 'succeeded 2', 'two attempts in all');
+is(history('cas'), '1 claim_rolled_back/w-rolled-back', 'one history row, for the rolled-back claim');
 
 # A transaction that claimed cannot be prepared; its claim is counted as rolled back.
 my $prepare_job = $node->safe_psql('postgres', "SELECT jobcap.enqueue_job('sql')");
@@ -150,6 +158,33 @@ like($err, qr/cannot prepare a transaction that claimed jobcap jobs/, 'PREPARE T
 ok(defined wait_until($node, "SELECT state = 'pending' AND attempts = 1 FROM jobcap.jobs WHERE job_id = $prepare_job"),
 	'the refused transaction\'s claim is counted');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'nothing prepared');
+
+# A worker that rolls back and claims again at once, whose work outlasts the reaper's
+# lock_timeout (1 s): the postmortem's loop (a decode that runs into statement_timeout, raises,
+# and the worker's loop claims the next job, the same one). Its next claim must not hold the job's
+# row while the rolled-back attempt waits to be counted, or the reaper's count waits behind that
+# claim's work, times out, and after three tries gives up: the job would run far past its cap.
+# So the job is not handed out again until its rolled-back attempt is counted.
+$node->safe_psql('postgres',
+	"SELECT jobcap.create_queue('slow', max_attempts => 3, backoff_base => '0', backoff_max => '0')");
+my $slow = $node->safe_psql('postgres', "SELECT jobcap.enqueue_job('slow')");
+my $slow_worker = $node->background_psql('postgres');
+my $slow_runs = 0;
+for my $i (1 .. 8)
+{
+	# Claim right after the previous rollback, in one round trip, as a worker loop does.
+	my $got = $slow_worker->query_safe(($i == 1 ? '' : 'ROLLBACK; ')
+		  . "BEGIN; SELECT count(*) FROM jobcap.claim_job('slow', 'w-slow')");
+	$slow_runs += $got;
+	$slow_worker->query_safe('SELECT pg_sleep(1.2)');
+}
+$slow_worker->query_safe('ROLLBACK');
+$slow_worker->quit;
+ok(defined wait_until($node, "SELECT state = 'dead' FROM jobcap.jobs WHERE job_id = $slow"),
+	'the slow job whose claims keep rolling back went dead');
+is($slow_runs, 3, 'it ran exactly its three attempts');
+is($node->safe_psql('postgres', "SELECT state || ' ' || attempts FROM jobcap.jobs WHERE job_id = $slow"),
+	'dead 3', 'dead at exactly its cap');
 
 # The ring's limits. A database no reaper serves keeps its rolled-back claims uncounted in the
 # ring; one transaction rolling back more claims than the ring holds (8192) loses the rest, and
