@@ -21,10 +21,10 @@ constexpr int64 kMaxDeadBatch = 10000;
 Statement top_failing = {
     "WITH f AS (SELECT e.job_id, count(*) AS failures,"
     "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
-    "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS crashes,"
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'crashed')) AS crashes,"
     "     min(e.at) AS first_at, max(e.at) AS last_at"
     "   FROM jobcap.job_errors e"
-    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired')"
+    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', 'crashed')"
     "     AND ($1::text IS NULL OR e.queue = $1)"
     "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
     " SELECT f.job_id, j.queue, j.state, j.attempts, coalesce(j.max_attempts, q.max_attempts),"
@@ -32,7 +32,7 @@ Statement top_failing = {
     "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
     "       THEN left(e.error, " LAST_ERROR_CHARS " - 3) || '...' ELSE e.error END"
     "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
-    "       AND e.kind IN ('error', 'lease_expired')"
+    "       AND e.kind IN ('error', 'lease_expired', 'crashed')"
     "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS ")"
     " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
     " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
@@ -48,7 +48,7 @@ Statement top_failing = {
     "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                    \
     "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                    \
     "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                      \
-    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"               \
+    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired', 'crashed')"               \
     "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                            \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 

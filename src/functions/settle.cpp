@@ -1,5 +1,5 @@
-// complete_job, fail_job, heartbeat, assert_fence: the calls a worker makes while it holds a
-// lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
+// complete_job, fail_job, crash_job, release_job, heartbeat, assert_fence: the calls a worker
+// makes while it holds a lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
 // reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence error, and
 // whatever it wrote in the same transaction rolls back with it. The last parameter of each is
 // the caller (access.hpp): a job of a queue not granted to it matches no row either, and
@@ -22,23 +22,46 @@ Statement complete = {
     4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
-// counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
+// counted it already. fail_job and crash_job differ only in the history row's kind.
+// $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
 #define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
-Statement fail = {
-    "WITH failed AS (UPDATE jobcap.jobs j"
-    "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
-    "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"
-    "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"
-    "       finished_at = CASE WHEN " LAST_ATTEMPT " THEN $5 END,"
+#define FAIL_THE_ATTEMPT(KIND)                                                                    \
+    "WITH failed AS (UPDATE jobcap.jobs j"                                                        \
+    "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state," \
+    "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"                          \
+    "         coalesce($4, jobcap.backoff(j.attempts, q.backoff_base, q.backoff_max)) END,"       \
+    "       finished_at = CASE WHEN " LAST_ATTEMPT " THEN $5 END,"                                \
+    "       lease_expires_at = NULL"                                                              \
+    "  FROM jobcap.queues q"                                                                      \
+    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"         \
+    "   AND " JOBCAP_MAY_WORK("$6", "j.queue")                                                    \
+    " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"                      \
+    JOBCAP_HISTORY_CTES("failed", KIND, "$3", "$5")                                               \
+    " SELECT state FROM failed"
+Statement fail = {FAIL_THE_ATTEMPT("'error'"), 6,
+                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr,
+                  false, true};
+
+// The handler's process died (seen by the process that holds the lease): an attempt that
+// counts, recorded as a crash.
+Statement crash = {FAIL_THE_ATTEMPT("'crashed'"), 6,
+                   {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr,
+                   false, true};
+
+// A claimed job whose handler never started goes back: pending, the claim's attempt given back
+// (the claim counted it), the lease dropped. The fence stays where the claim put it, and the job
+// is no longer running, so that fence is stale for good: the next claim takes a newer one from
+// the sequence. run_at is kept: the job was due when it was claimed. The history row names the
+// attempt given back. $3 = now, $4 = caller.
+Statement release = {
+    "WITH released AS (UPDATE jobcap.jobs j SET state = 'pending', attempts = j.attempts - 1,"
     "       lease_expires_at = NULL"
-    "  FROM jobcap.queues q"
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"
-    "   AND " JOBCAP_MAY_WORK("$6", "j.queue")
-    " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
-    JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
-    " SELECT state FROM failed",
-    6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false,
-    true};
+    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND j.attempts > 0"
+    "   AND " JOBCAP_MAY_WORK("$4", "j.queue")
+    " RETURNING j.job_id, j.queue, j.attempts + 1 AS attempts, j.fence, j.worker, j.state),"
+    JOBCAP_HISTORY_CTES("released", "'released'", "NULL", "$3")
+    " SELECT state FROM released",
+    4, {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, nullptr, false, true};
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
@@ -134,6 +157,39 @@ JOBCAP_FUNCTION(jobcap_fail_job)
 
         return compare_and_swap(access, statements::fail, "fail_job", job_id, fence, values, nulls,
                                 SPI_OK_SELECT);
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_crash_job)
+{
+    return guard("crash_job", [&]() -> Datum {
+        Access access = admit("crash_job", Duty::worker);
+        int64 job_id = arg_job_id(fcinfo, 0);
+        int64 fence = arg_fence(fcinfo, 1);
+        char nulls[7] = {' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', 'n', ' ', ' ', '\0'};
+        Datum values[6] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)),
+                           (Datum) 0, TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[5])};
+
+        return compare_and_swap(access, statements::crash, "crash_job", job_id, fence, values,
+                                nulls, SPI_OK_SELECT);
+    });
+}
+
+JOBCAP_FUNCTION(jobcap_release_job)
+{
+    return guard("release_job", [&]() -> Datum {
+        Access access = admit("release_job", Duty::worker);
+        int64 job_id = arg_job_id(fcinfo, 0);
+        int64 fence = arg_fence(fcinfo, 1);
+        char nulls[5] = {' ', ' ', ' ', ' ', '\0'};
+        Datum values[4] = {Int64GetDatum(job_id), Int64GetDatum(fence),
+                           TimestampTzGetDatum(GetCurrentTimestamp()),
+                           caller_param(access, &nulls[3])};
+
+        return compare_and_swap(access, statements::release, "release_job", job_id, fence,
+                                values, nulls, SPI_OK_SELECT);
     });
 }
 

@@ -17,7 +17,8 @@ const Named kStatements[] = {
     {"claim_job", &statements::claim_batch},
     {"claim_job_by_id", &statements::claim_one},  {"complete_job", &statements::complete},
     {"complete_jobs", &statements::complete_many},
-    {"fail_job", &statements::fail},              {"heartbeat", &statements::heartbeat},
+    {"fail_job", &statements::fail},              {"crash_job", &statements::crash},
+    {"release_job", &statements::release},        {"heartbeat", &statements::heartbeat},
     {"assert_fence", &statements::assert_current}, {"reap_jobs", &statements::reap_cohort},
     {"queue_stats", &statements::queue_stats},     {"refresh_stats", &statements::refresh_stats},
 };

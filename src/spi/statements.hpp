@@ -12,6 +12,8 @@ extern Statement claim_one;       // claim.cpp
 extern Statement complete;        // settle.cpp
 extern Statement complete_many;   // settle.cpp
 extern Statement fail;            // settle.cpp
+extern Statement crash;           // settle.cpp
+extern Statement release;         // settle.cpp
 extern Statement heartbeat;       // settle.cpp
 extern Statement assert_current;  // settle.cpp
 extern Statement reap_cohort;     // reap.cpp
