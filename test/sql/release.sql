@@ -27,7 +27,7 @@ SELECT jobcap.crash_job(2001, 301, 'killed by signal 9');
 \echo :LAST_ERROR_SQLSTATE
 
 -- The next claim takes a newer fence than any handed out before; the attempt is the first again.
-SELECT job_id, fence > 303 AS newer_fence, attempt FROM jobcap.claim_job('give', 'w2', 2)
+SELECT job_id, fence > 302 AS newer_fence, attempt FROM jobcap.claim_job('give', 'w2', 2)
  ORDER BY job_id;
 
 -- Released again and again, a job never nears its cap: releases are not attempts. Crashes are:
