@@ -139,4 +139,5 @@ process.on('message', (msg) => {
 });
 
 handler = loadHandler();
+connection().catch(() => {});  // ready before the first job; retried then if it failed
 process.send({ type: 'ready' });

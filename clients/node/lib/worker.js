@@ -131,6 +131,7 @@ class Worker extends EventEmitter {
     this._children = [];         // isolated: idle handler processes
     this._living = new Set();    // isolated: every handler process
     this._fatal = null;
+    this._spawning = [];         // isolated: handler processes starting, not yet handed a job
     this._stopping = false;
     this._woken = false;
     this._nudge = null;
@@ -173,6 +174,11 @@ class Worker extends EventEmitter {
     let retry = 200;
     const keeper = setInterval(() => this._keepWaiting(), Math.max(this.lease / 3, 10));
     try {
+      if (this.isolated) {
+        // Fails early, before any claim, when the handler's module cannot be loaded.
+        for (let i = 0; i < this.concurrency; i++) this._spare();
+        await Promise.all(this._spawning);
+      }
       while (!this._stopping) {
         this._dispatch();
         const room = this.concurrency + this.prefetch - this._inflight.size - this._waiting.length;
@@ -442,12 +448,27 @@ class Worker extends EventEmitter {
 
   // --- isolated: one child process per running job -------------------------------------------
 
-  /** An idle handler process, or a new one once it has loaded the handler's module. */
+  /** An idle handler process, or one being started, or a new one. */
   _acquireChild() {
     while (this._children.length > 0) {
       const idle = this._children.pop();
       if (idle.connected && idle.exitCode === null && idle.signalCode === null) return Promise.resolve(idle);
     }
+    if (this._spawning.length > 0) return this._spawning.shift();
+    return this._spawnChild();
+  }
+
+  /** Starts a handler process ahead of need (at start, and after one died), so that its start-up
+   * is not charged to a job's timeout. */
+  _spare() {
+    const ready = this._spawnChild();
+    ready.catch(() => {});
+    this._spawning.push(ready);
+    return ready;
+  }
+
+  /** A new handler process, resolved once it has loaded the handler's module. */
+  _spawnChild() {
     const config = { ...this.config, application_name: `jobcap job ${this.name}`.slice(0, 63) };
     const child = fork(path.join(__dirname, 'child.js'), [this.handlerModule, JSON.stringify(config)],
       { stdio: 'inherit', serialization: 'json' });
@@ -538,6 +559,7 @@ class Worker extends EventEmitter {
       this._settled(job, msg.outcome, error);
       return;
     }
+    if (!this._stopping) this._spare();
     if (timedOut) {
       const err = new JobTimeoutError(`handler ran past its ${this.timeout} ms timeout`);
       await this._fail(job, null, `${err.name}: ${err.message} (its process was killed)`, err);
