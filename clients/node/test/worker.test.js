@@ -409,7 +409,7 @@ describe('isolation', () => {
     start(handlers, { lease: 2000, timeout: 1200 });
     const reaped = [];
     while ((await job(id)).state !== 'succeeded') {
-      reaped.push(...(await db.query('SELECT job_id FROM jobcap.reap_jobs()')).rows);
+      reaped.push(...(await db.query('SELECT job_id FROM jobcap.reap_jobs() WHERE queue = $1', [ctx.queue])).rows);
       await sleep(50);
     }
     assert.deepEqual(reaped, []);
