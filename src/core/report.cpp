@@ -83,7 +83,7 @@ bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept
         sep = "; ";
     }
     if (w.lease_jobs > 0) {
-        append(out, out_size, &used, "%s%lld %s lost %lld %s to expired leases", sep,
+        append(out, out_size, &used, "%s%lld %s lost %lld %s to crashes or expired leases", sep,
                static_cast<long long>(w.lease_jobs), jobs(w.lease_jobs),
                static_cast<long long>(w.lease_attempts), attempts(w.lease_attempts));
         sep = "; ";
