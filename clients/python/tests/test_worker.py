@@ -496,6 +496,7 @@ class IsolationTest(Base):
             reaped += self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()").fetchall()
             time.sleep(0.05)
         self.assertEqual(reaped, [])
+        wait_for(lambda: self.outcomes)  # the child's report may follow its commit
         self.assertEqual([o[1] for o in self.outcomes], ["succeeded"])
 
     def test_the_timeout_interrupts_the_handler_and_a_deaf_one_is_killed_in_its_lease(self):
