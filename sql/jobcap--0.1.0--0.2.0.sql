@@ -7,6 +7,130 @@
 
 -- Backups, rolled-back claims, caps.
 
+-- Backups. The rows of these tables are the users' data (queues, jobs, their history, grants,
+-- statistics), not the extension's: pg_dump dumps them with the extension, and the positions of
+-- the sequences, so a restore (CREATE EXTENSION, then the rows) gives back every job, and the
+-- next job id, history row and fence follow those restored (docs/backup.md says what pg_dump's
+-- --table, --schema and --data-only do with them).
+SELECT pg_catalog.pg_extension_config_dump('jobcap.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.job_errors', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.queue_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.stats_minutes', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.stats_latency', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.stats_progress', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.fences', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.jobs_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobcap.job_errors_seq_seq', '');
+
+-- CREATE EXTENSION writes stats_progress's one row, and a restore then copies the dumped row in:
+-- the dumped row replaces it (a restore with --disable-triggers cannot, and fails on the key).
+CREATE FUNCTION jobcap.restore_stats_progress()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jobcap, pg_temp
+AS $$
+BEGIN
+    UPDATE jobcap.stats_progress SET counted_until = NEW.counted_until
+     WHERE one OPERATOR(pg_catalog.=) NEW.one;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION jobcap.restore_stats_progress() IS
+    'Trigger: an inserted stats_progress row (a restore) replaces the one CREATE EXTENSION wrote.';
+CREATE TRIGGER restore BEFORE INSERT ON jobcap.stats_progress
+    FOR EACH ROW EXECUTE FUNCTION jobcap.restore_stats_progress();
+
+-- Fences stay unique when the extension is dropped and created again in the same database
+-- (external systems keep them as idempotency keys after the jobs are gone): an install's
+-- fences start at the microseconds since 1970 at its creation (or at this update). An install
+-- hands out one fence per claim, so its fences stay below the clock as long as it claims fewer
+-- than a million jobs a second on average, and a later install starts above all of them unless
+-- the clock was set back in between (docs/backup.md). Only ever moved forward.
+SELECT pg_catalog.setval('jobcap.fences', c.start, false)
+  FROM (SELECT (pg_catalog.extract('epoch', pg_catalog.clock_timestamp())
+                OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 AS start) c,
+       jobcap.fences f
+ WHERE c.start OPERATOR(pg_catalog.>) f.last_value;
+
+-- DROP EXTENSION drops every object of jobcap but not its schema, and the schema keeps its
+-- grants: jobcap_worker and jobcap_operator could not be dropped then. Before a DROP EXTENSION
+-- that names jobcap, this trigger revokes every grant on the schema (the DROP's rollback undoes
+-- it); the trigger goes with the extension.
+CREATE FUNCTION jobcap.before_drop_extension()
+RETURNS event_trigger
+LANGUAGE C
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_before_drop_extension';
+CREATE EVENT TRIGGER jobcap_before_drop_extension ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION')
+    EXECUTE FUNCTION jobcap.before_drop_extension();
+
+-- Rolled-back claims (src/background/rollbacks.cpp). With jobcap preloaded, the attempt of a
+-- claim whose transaction rolled back is still counted: the reaper adds it in a transaction of
+-- its own and leaves a history row of kind claim_rolled_back. Like an expired lease, such an
+-- attempt ended without a report: the statistics, and dead_jobs' crashes (below, in the view of
+-- the caps), count both.
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,requeued,claim_rolled_back}'));
+COMMENT ON TABLE jobcap.job_errors IS
+    'Attempts that ended badly: reported errors, leases that expired without a report, claims that rolled back, requeues.';
+
+-- Without the preload there is no shared memory to keep rolled-back claims in: say so at
+-- install (and upgrade) time, beside the warning about the worker (a WARNING: extension
+-- scripts hide notices). The ring is allocated exactly when jobcap is preloaded.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_shmem_allocations s
+                    WHERE s.name OPERATOR(pg_catalog.=) 'jobcap rolled-back claims') THEN
+        RAISE WARNING 'jobcap is not preloaded: a claim whose transaction rolls back does not count its attempt'
+            USING DETAIL = 'BEGIN; claim; ROLLBACK undoes the attempt count, so a job whose claims '
+                           'keep rolling back never reaches its cap.',
+                  HINT = 'Add jobcap to shared_preload_libraries and restart the server, and '
+                         'commit every claim before its work starts.';
+    END IF;
+END
+$$;
+
+-- (End of rolled-back claims.)
+
+-- Caps. A job's cap is the lower of its own max_attempts and its queue's, so a job cannot
+-- outlast its queue's cap and lowering that cap binds every job of the queue at once; the one
+-- exception is the budget requeue_job (or requeue_dead) grants, which holds until the queue's
+-- cap is next lowered. cap_epoch counts a queue's lowerings; a job's cap_epoch is its queue's
+-- at the requeue that set its max_attempts (src/spi/cap.hpp writes the rule once).
+ALTER TABLE jobcap.queues ADD COLUMN cap_epoch bigint NOT NULL DEFAULT 0;
+ALTER TABLE jobcap.jobs ADD COLUMN cap_epoch bigint;
+COMMENT ON COLUMN jobcap.queues.cap_epoch IS 'How many times max_attempts was lowered; a lowering ends every budget requeue_job granted before it.';
+COMMENT ON COLUMN jobcap.jobs.max_attempts IS 'This job''s own cap: binds only below its queue''s, unless requeue_job set it (see cap_epoch). NULL follows its queue''s.';
+COMMENT ON COLUMN jobcap.jobs.cap_epoch IS 'The queue''s cap_epoch when requeue_job set max_attempts; that budget holds while they are equal.';
+
+-- crashes counts the kind 'crashed' of crash_job and skips 'released' (release_job's section).
+CREATE OR REPLACE VIEW jobcap.dead_jobs AS
+SELECT j.job_id, j.queue, j.attempts,
+       CASE WHEN (j.cap_epoch OPERATOR(pg_catalog.=) q.cap_epoch) IS TRUE THEN j.max_attempts
+            ELSE least(j.max_attempts, q.max_attempts) END AS max_attempts,
+       j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
+       e.kind AS last_outcome, e.error AS last_error,
+       h.errors, h.crashes, h.first_failure_at, h.last_failure_at
+  FROM jobcap.jobs j
+  LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
+  LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
+                      WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
+                        AND e.kind OPERATOR(pg_catalog.<>) 'released'
+                      ORDER BY e.seq DESC LIMIT 1) e ON true
+  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back,crashed}')) AS crashes,
+                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released}')) AS first_failure_at,
+                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released}')) AS last_failure_at
+                       FROM jobcap.job_errors h
+                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
+ WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
+
 -- Giving back an unstarted job: release_job. A client that claimed more jobs than it started
 -- (a prefetched batch, a shutdown) gives the unstarted ones back: pending again, the claim's
 -- attempt not counted, the fence left stale (the sequence never goes back, so the next claim
@@ -16,12 +140,13 @@
 -- crash_job is fail_job for a handler whose process died (a signal, an exit without a report),
 -- seen by the supervising process that holds the lease: the attempt counts, and the history
 -- row's kind is 'crashed', so a job's history tells a crash from an error at once, without
--- waiting for the lease to expire (the reaper's 'lease_expired').
+-- waiting for the lease to expire (the reaper's 'lease_expired'). dead_jobs (in the caps' view
+-- above) counts 'crashed' among crashes and skips 'released', which is no failure.
 ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
 ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
-    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed,requeued,released}'));
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed,requeued,claim_rolled_back,released}'));
 COMMENT ON TABLE jobcap.job_errors IS
-    'Attempts that ended badly (reported errors, crashes seen by the worker, leases that expired without a report), requeues and releases.';
+    'Attempts that ended badly (reported errors, crashes seen by the worker, leases that expired without a report, claims that rolled back), requeues and releases.';
 
 CREATE FUNCTION jobcap.release_job(job_id bigint, fence bigint)
 RETURNS jobcap.job_state
@@ -39,27 +164,6 @@ AS 'MODULE_PATHNAME', 'jobcap_crash_job';
 COMMENT ON FUNCTION jobcap.crash_job(bigint, bigint, text) IS
     'fail_job for a handler whose process died (history kind crashed): retried after backoff, or dead at the cap; a stale fence raises JC001.';
 
--- Crashes count as crashes wherever history is summed: those the reaper found (lease_expired)
--- and those a worker's supervisor saw (crashed). Releases are not failures.
-CREATE OR REPLACE VIEW jobcap.dead_jobs AS
-SELECT j.job_id, j.queue, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS max_attempts,
-       j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
-       e.kind AS last_outcome, e.error AS last_error,
-       h.errors, h.crashes, h.first_failure_at, h.last_failure_at
-  FROM jobcap.jobs j
-  LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
-  LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
-                      WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
-                        AND e.kind OPERATOR(pg_catalog.<>) 'released'
-                      ORDER BY e.seq DESC LIMIT 1) e ON true
-  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,crashed}')) AS crashes,
-                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed}')) AS first_failure_at,
-                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed}')) AS last_failure_at
-                       FROM jobcap.job_errors h
-                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
- WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
-
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.
 
 -- What the Celery and Django-Q adapters call.
@@ -67,22 +171,23 @@ SELECT j.job_id, j.queue, j.attempts, coalesce(j.max_attempts, q.max_attempts) A
 -- The hot path's tables and indexes.
 
 -- Privileges of the objects above (the same policy as 0.1.0: PUBLIC gets nothing).
+REVOKE ALL ON FUNCTION jobcap.restore_stats_progress(), jobcap.before_drop_extension() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobcap.release_job(bigint, bigint), jobcap.crash_job(bigint, bigint, text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobcap.release_job(bigint, bigint), jobcap.crash_job(bigint, bigint, text)
     TO jobcap_worker;
 
--- Default privileges of the installing role may have granted more on the objects this script
--- creates; take back anything on jobcap's objects held by a role other than the owner and
--- jobcap_worker and jobcap_operator (the same sweep as jobcap--0.1.0.sql; this stays last).
+-- As in 0.1.0: default privileges of the role running this script may have granted more on the
+-- objects above; take back anything held by a role other than the owner and jobcap's two roles.
 DO $acl$
 DECLARE
     o record;
-    who pg_catalog.text;
     revoked pg_catalog.text[] := '{}';
 BEGIN
     FOR o IN
-        SELECT DISTINCT pg_catalog.format('%s %s', k.kind, k.name) AS what, k.grantee
+        SELECT DISTINCT pg_catalog.format('%s %s', k.kind, k.name) AS what,
+               CASE WHEN k.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(k.grantee)) END AS who
           FROM (SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
                        c.oid::pg_catalog.regclass::pg_catalog.text AS name, a.grantee, c.relowner AS owner
                   FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
@@ -96,12 +201,9 @@ BEGIN
                                                           'jobcap_operator'::pg_catalog.regrole]::pg_catalog.oid[])
          ORDER BY 1, 2
     LOOP
-        who := CASE WHEN o.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(o.grantee)) END;
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what, who);
-        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, who);
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what, o.who);
+        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, o.who);
     END LOOP;
-    -- A warning: CREATE EXTENSION hides notices.
     IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
         RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
                       pg_catalog.cardinality(revoked)

@@ -2,6 +2,7 @@
 #include "pg.hpp"
 
 #include "jobcap.hpp"
+#include "background/rollbacks.hpp"
 #include "functions/stats.hpp"
 
 extern "C" {
@@ -89,6 +90,9 @@ extern "C" void _PG_init(void)
                             0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
+
+    // Rolled-back claims: noted in every backend, counted when preloaded (shared memory).
+    jobcap::install_rollback_tracking();
 
     if (process_shared_preload_libraries_in_progress)
         jobcap::register_launcher();

@@ -2,13 +2,17 @@
 // one of these statements, and each is ONE statement that locks, counts and caps:
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
-// run past its cap, and the count is committed before any work starts.
+// run past its cap, and the count is committed before any work starts. Should the claiming
+// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// with jobcap preloaded, the reaper counts their attempts anyway.
+#include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 #include "core/order.hpp"
 
 namespace jobcap {
@@ -32,8 +36,10 @@ namespace statements {
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
     "    AND (j.state = 'pending' AND j.run_at <= $1"                                              \
-    "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                  \
-    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"         \
+    "         AND j.attempts < " JOBCAP_CAP                                                        \
+    ") IS TRUE"                                                                                    \
+    "  RETURNING j.job_id, j.fence, j.attempts, " JOBCAP_CAP                                       \
+    ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
@@ -42,8 +48,7 @@ JOBCAP_STATEMENT(claim_job, "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND " JOBCAP_MAY_WORK("$6", "$4")
-    "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
+    "     AND j.attempts < " JOBCAP_CAP_BY("$4")
     "   ORDER BY j.priority, j.run_at, j.job_id"
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
@@ -55,9 +60,7 @@ JOBCAP_STATEMENT(claim_job_by_id,
                  "WITH cohort AS MATERIALIZED ("
                  "  SELECT j.job_id FROM jobcap.jobs j"
                  "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
-                 "     AND j.attempts < coalesce(j.max_attempts,"
-                 "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
-                 "     AND " JOBCAP_MAY_WORK(
+                 "     AND j.attempts < " JOBCAP_CAP_BY("j.queue") "     AND " JOBCAP_MAY_WORK(
                      "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 
@@ -117,8 +120,10 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     uint64 rows = execute(statements::claim_job, p, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -147,10 +152,12 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
     if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
     uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_queue(access, function, queue.datum, queue.cstr);
     return_claimed(fcinfo, rows);
@@ -170,8 +177,10 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    reserve_claims(1);
     spi_open(access);
     uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
+    note_claims(rows, worker.cstr);
     if (rows == 0)
         check_job(access, function, job_id);
     return_claimed(fcinfo, rows);

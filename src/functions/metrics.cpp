@@ -69,9 +69,10 @@ const PerQueue kWindowCounts[] = {
     {"jobcap_window_failing_jobs", &QueueStats::failing_jobs, false,
      "Distinct jobs that reported an error in the window: four poison jobs are 4."},
     {"jobcap_window_lost_leases", &QueueStats::lost_leases, false,
-     "Attempts whose lease expired without a report (killed, hung, timed out) in the window."},
+     "Attempts that ended without a report in the window: a lease that expired (killed, hung, "
+     "timed out) or a claim that rolled back."},
     {"jobcap_window_crashed_jobs", &QueueStats::crashed_jobs, false,
-     "Distinct jobs that lost a lease in the window."},
+     "Distinct jobs that lost a lease or rolled back a claim in the window."},
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 //
 //  * Jobs by state now: the partial indexes jobs_claim (pending), jobs_running and jobs_dead, so
 //    the cost follows the live and dead jobs, never the succeeded ones.
-//  * Failures, lost leases: job_errors over its (at) index; failures are rare events. Exact as
+//  * Failures, lost leases (attempts that ended without a report: a lease that expired or a
+//    claim that rolled back): job_errors over its (at) index; failures are rare events. Exact as
 //    long as no job wrote more than jobcap.error_history history rows since the window started
 //    (docs/observability.md: "When the failure figures are exact").
 //  * Deaths in the window: jobs_dead, (queue, finished_at).
@@ -68,8 +69,10 @@ JOBCAP_STATEMENT(
     "   FROM jobcap.jobs j WHERE j.state = 'dead' GROUP BY j.queue),"
     " fail AS (SELECT e.queue, count(*) FILTER (WHERE e.kind = 'error') AS attempts,"
     "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'error') AS jobs,"
-    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'crashed')) AS lost,"
-    "     count(DISTINCT e.job_id) FILTER (WHERE e.kind IN ('lease_expired', 'crashed')) AS crashed"
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS "
+    "lost,"
+    "     count(DISTINCT e.job_id)"
+    "       FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS crashed"
     "   FROM jobcap.job_errors e WHERE e.at > $1 AND e.at <= $2 GROUP BY e.queue),"
     " done AS (SELECT m.queue, sum(m.succeeded)::bigint AS succeeded,"
     "     sum(m.cancelled)::bigint AS cancelled FROM jobcap.stats_minutes m"
