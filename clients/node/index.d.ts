@@ -26,6 +26,8 @@ export interface Job<P = any> {
   readonly signal: AbortSignal;
   /** True when a failure now makes the job dead. */
   readonly lastAttempt: boolean;
+  /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
+  output: unknown;
   /** Runs a statement in the job's transaction. */
   query<R extends QueryResultRow = any>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
   /** Throws StaleFenceError unless the lease is current; holds the job row to commit. */
@@ -108,11 +110,20 @@ export declare function isConnectionError(err: unknown): boolean;
 export declare function interval(ms: number | null | undefined): string | null;
 export declare function createQueue(db: Queryable, queue: string, options?: {
   maxAttempts?: number | null; lease?: number; backoffBase?: number; backoffMax?: number;
-  notify?: boolean }): Promise<void>;
+  notify?: boolean; maxRunning?: number | null }): Promise<void>;
+/** Changes a queue's cap on jobs running at once; null removes it. */
+export declare function setMaxRunning(db: Queryable, queue: string, maxRunning: number | null): Promise<void>;
+export declare function pauseQueue(db: Queryable, queue: string): Promise<boolean>;
+export declare function resumeQueue(db: Queryable, queue: string): Promise<boolean>;
+/** Creates or replaces a periodic job (five-field cron, UTC); resolves to its next slot. */
+export declare function scheduleJob(db: Queryable, name: string, cron: string, queue: string,
+  payload?: unknown, options?: { priority?: number; maxAttempts?: number | null }): Promise<Date>;
+export declare function unscheduleJob(db: Queryable, name: string): Promise<boolean>;
 export declare function enqueue(db: Queryable, queue: string, payload?: unknown, options?: {
   runAt?: Date | null; priority?: number; maxAttempts?: number | null;
   dedupeKey?: string | null }): Promise<number>;
-export declare function complete(db: Queryable, jobId: number, fence: number): Promise<JobState>;
+export declare function complete(db: Queryable, jobId: number, fence: number,
+  output?: unknown): Promise<JobState>;
 export declare function fail(db: Queryable, jobId: number, fence: number, error: string,
   retryIn?: number | null): Promise<JobState>;
 export declare function heartbeat(db: Queryable, jobId: number, fence: number,

@@ -1,7 +1,8 @@
 // The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
 // started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
 // as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
-// (refresh_stats, src/stats.cpp; at most once a second), prunes finished jobs past their
+// (refresh_stats, src/stats.cpp; at most once a second), enqueues the due slots of periodic
+// jobs (src/functions/schedules.cpp), prunes finished jobs past their
 // retention once they are counted, and every jobcap.report_interval logs one line per queue
 // that got worse, from the same figures as jobcap.queue_stats (collect_stats).
 //
@@ -42,6 +43,7 @@ extern "C" {
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "functions/reap.hpp"
+#include "functions/schedules.hpp"
 #include "functions/stats.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
@@ -110,7 +112,7 @@ struct StepState {
 
 struct Worker {
     char database[NAMEDATALEN];
-    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks;
+    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling;
     bool extension_known;  // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
@@ -182,6 +184,19 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
             (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
                 ? Outcome::timed_out
                 : Outcome::failed;
+        // A DROP EXTENSION that committed while this batch waited for its lock leaves the
+        // statement without its tables: the extension is absent, which is no failure.
+        if (e->sqlerrcode == ERRCODE_UNDEFINED_TABLE) {
+            StartTransactionCommand();
+            bool gone = !OidIsValid(get_extension_oid("jobcap", true));
+            CommitTransactionCommand();
+            MemoryContextSwitchTo(caller);
+            if (gone) {
+                FreeErrorData(e);
+                *error = nullptr;
+                outcome = Outcome::absent;
+            }
+        }
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
@@ -194,6 +209,15 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
 uint64 reap_step(int32 batch)
 {
     return reap(batch);
+}
+
+// Enqueues due slots of periodic jobs (functions/schedules.cpp); a batch counts the schedules
+// handled, so a short batch ends the step.
+uint64 schedule_step(int32 batch)
+{
+    uint64 handled = 0;
+    run_due_schedules(GetCurrentStatementStartTimestamp(), batch, &handled);
+    return handled;
 }
 
 uint64 prune_step(Statement& statement, int retention_s, int32 batch)
@@ -315,6 +339,11 @@ const StepMessages kPruningDead = {
     "jobcap reaper could not prune dead jobs in database \"%s\", retrying in %ld ms with "
     "batches of %d",
     "jobcap reaper pruned %llu dead or cancelled jobs in database \"%s\" (batch of %d)"};
+const StepMessages kScheduling = {
+    "jobcap: enqueueing scheduled jobs",
+    "jobcap reaper could not enqueue scheduled jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper handled %llu schedule slots in database \"%s\" (batch of %d)"};
 
 // After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
 // each time in a row; the other steps carry on.
@@ -498,6 +527,8 @@ long cycle()
     count_rollbacks();
     if (!in_batches(w.reaping, kReaping, reap_step))
         return extension_absent();
+    if (!in_batches(w.scheduling, kScheduling, schedule_step))
+        return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
     if (started >= w.next_count) {
@@ -566,7 +597,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
     w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = w.counting_rollbacks =
-        StepState{kBatchMax, 0, 0};
+        w.scheduling = StepState{kBatchMax, 0, 0};
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 

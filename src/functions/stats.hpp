@@ -33,6 +33,8 @@ struct QueueStats {
     double latency_p95;
     bool has_oldest;  // any due pending job
     double oldest_pending_sec;
+    bool paused;        // now: pause_queue
+    int32 max_running;  // now: the queue's limit, 0 for none
 };
 
 struct StatsWindow {

@@ -42,6 +42,8 @@ class ChildJob {
     Object.assign(this, data);
     this.client = db;
     this.signal = signal;
+    /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
+    this.output = null;
   }
 
   get lastAttempt() { return this.attempt >= this.maxAttempts; }
@@ -87,7 +89,7 @@ async function run(data) {
   try {
     await db.query('BEGIN');
     await handler(job);
-    const state = await sql.complete(db, job.id, job.fence);
+    const state = await sql.complete(db, job.id, job.fence, job.output);
     await db.query('COMMIT');
     return { outcome: state };
   } catch (err) {
