@@ -118,27 +118,40 @@ COMMENT ON COLUMN jobcap.queues.cap_epoch IS 'How many times max_attempts was lo
 COMMENT ON COLUMN jobcap.jobs.max_attempts IS 'This job''s own cap: binds only below its queue''s, unless requeue_job set it (see cap_epoch). NULL follows its queue''s.';
 COMMENT ON COLUMN jobcap.jobs.cap_epoch IS 'The queue''s cap_epoch when requeue_job set max_attempts; that budget holds while they are equal.';
 
-CREATE OR REPLACE VIEW jobcap.dead_jobs AS
-SELECT j.job_id, j.queue, j.attempts,
-       CASE WHEN (j.cap_epoch OPERATOR(pg_catalog.=) q.cap_epoch) IS TRUE THEN j.max_attempts
-            ELSE least(j.max_attempts, q.max_attempts) END AS max_attempts,
-       j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
-       e.kind AS last_outcome, e.error AS last_error,
-       h.errors, h.crashes, h.first_failure_at, h.last_failure_at
-  FROM jobcap.jobs j
-  LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
-  LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
-                      WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
-                      ORDER BY e.seq DESC LIMIT 1) e ON true
-  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back}')) AS crashes,
-                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
-                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
-                       FROM jobcap.job_errors h
-                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
- WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
+-- dead_jobs shows each job's cap by this rule: its one definition is in "Smaller holes" below.
 
--- Giving back an unstarted job: release_job.
+-- Giving back an unstarted job: release_job. A client that claimed more jobs than it started
+-- (a prefetched batch, a shutdown) gives the unstarted ones back: pending again, the claim's
+-- attempt not counted, the fence left stale (the sequence never goes back, so the next claim
+-- gets a newer one), and a history row of kind 'released'. The contract for client authors:
+-- release only a job whose handler never started; a job whose work began is completed, failed
+-- or crashed (crash_job), never released, or it could run past its cap.
+-- crash_job is fail_job for a handler whose process died (a signal, an exit without a report),
+-- seen by the supervising process that holds the lease: the attempt counts, and the history
+-- row's kind is 'crashed', so a job's history tells a crash from an error at once, without
+-- waiting for the lease to expire (the reaper's 'lease_expired'). dead_jobs (its definition is in
+-- "Smaller holes") counts 'crashed' among crashes and skips 'released', which is no failure.
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed,requeued,claim_rolled_back,released}'));
+COMMENT ON TABLE jobcap.job_errors IS
+    'Attempts that ended badly (reported errors, crashes seen by the worker, leases that expired without a report, claims that rolled back), requeues and releases.';
+
+CREATE FUNCTION jobcap.release_job(job_id bigint, fence bigint)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_release_job';
+COMMENT ON FUNCTION jobcap.release_job(bigint, bigint) IS
+    'Gives back a claimed job whose handler never started: pending, its attempt not counted, its fence stale; a stale fence raises JC001.';
+
+CREATE FUNCTION jobcap.crash_job(job_id bigint, fence bigint, error text)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_crash_job';
+COMMENT ON FUNCTION jobcap.crash_job(bigint, bigint, text) IS
+    'fail_job for a handler whose process died (history kind crashed): retried after backoff, or dead at the cap; a stale fence raises JC001.';
 
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.
 
@@ -373,8 +386,8 @@ DROP FUNCTION jobcap.upgrade_plain_span(pg_catalog.interval);
 
 -- dead_jobs shows what each dead job was given: the first 200 characters of its payload as
 -- text, marked when cut (an operator should not need jobcap.jobs to learn which file died).
--- The definition of section "Caps" above, with payload_excerpt added as the last column
--- (CREATE OR REPLACE VIEW can only add columns at the end).
+-- Its cap by the rule of "Caps", its history's crashes ('crashed', 'lease_expired',
+-- 'claim_rolled_back'), 'released' rows skipped (no failure), payload_excerpt the last column.
 CREATE OR REPLACE VIEW jobcap.dead_jobs AS
 SELECT j.job_id, j.queue, j.attempts,
        CASE WHEN (j.cap_epoch OPERATOR(pg_catalog.=) q.cap_epoch) IS TRUE THEN j.max_attempts
@@ -389,11 +402,12 @@ SELECT j.job_id, j.queue, j.attempts,
   LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
   LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
                       WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
+                        AND e.kind OPERATOR(pg_catalog.<>) 'released'
                       ORDER BY e.seq DESC LIMIT 1) e ON true
   LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back}')) AS crashes,
-                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
-                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back,crashed}')) AS crashes,
+                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released}')) AS first_failure_at,
+                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released}')) AS last_failure_at
                        FROM jobcap.job_errors h
                       WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
   CROSS JOIN LATERAL (SELECT j.payload::pg_catalog.text AS text) p
@@ -401,6 +415,10 @@ SELECT j.job_id, j.queue, j.attempts,
 
 -- Privileges of the objects above (the same policy as 0.1.0: PUBLIC gets nothing).
 REVOKE ALL ON FUNCTION jobcap.restore_stats_progress(), jobcap.before_drop_extension() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobcap.release_job(bigint, bigint), jobcap.crash_job(bigint, bigint, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobcap.release_job(bigint, bigint), jobcap.crash_job(bigint, bigint, text)
+    TO jobcap_worker;
 
 -- Queue controls.
 REVOKE ALL ON FUNCTION

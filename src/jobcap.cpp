@@ -82,7 +82,7 @@ extern "C" void _PG_init(void)
     DefineCustomIntVariable("jobcap.report_interval",
                             "Sets how often the background worker may log a line per queue.",
                             "A line is written only for a queue that got worse: new dead jobs, "
-                            "attempts lost to expired leases, or a growing backlog.",
+                            "attempts lost to crashes, or a growing backlog.",
                             &jobcap::guc_report_interval_s, 60, 1, 7 * 86400, PGC_SIGHUP,
                             GUC_UNIT_S, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("jobcap.succeeded_retention",

@@ -14,7 +14,8 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Debian packages the tests need. Installed when missing and we are root; otherwise named.
 jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
-                python3-psycopg clang-format)
+                python3-psycopg python3-venv python3-pip python3-setuptools python3-wheel
+                clang-format)
     local missing=()
     # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
     command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)

@@ -25,10 +25,11 @@ constexpr int64 kMaxDeadBatch = 10000;
 #define TOP_FAILING_JOBS(CAP)                                                                      \
     "WITH f AS (SELECT e.job_id, count(*) AS failures,"                                            \
     "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"                                     \
-    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashes,"    \
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed'))"     \
+    "       AS crashes,"                                                                           \
     "     min(e.at) AS first_at, max(e.at) AS last_at"                                             \
     "   FROM jobcap.job_errors e"                                                                  \
-    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', "                  \
+    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', 'crashed', "       \
     "'claim_rolled_back')"                                                                         \
     "     AND ($1::text IS NULL OR e.queue = $1)"                                                  \
     "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"              \
@@ -39,7 +40,7 @@ constexpr int64 kMaxDeadBatch = 10000;
     "       THEN left(e.error, " LAST_ERROR_CHARS                                                  \
     " - 3) || '...' ELSE e.error END"                                                              \
     "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"                                      \
-    "       AND e.kind IN ('error', 'lease_expired', 'claim_rolled_back')"                         \
+    "       AND e.kind IN ('error', 'lease_expired', 'crashed', 'claim_rolled_back')"              \
     "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS                                                  \
     ")"                                                                                            \
     " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"                                            \
@@ -63,7 +64,7 @@ JOBCAP_STATEMENT(top_failing_jobs_0_1, TOP_FAILING_JOBS(JOBCAP_CAP_0_1),
     "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                     \
     "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                     \
     "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                       \
-    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired', "               \
+    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired', 'crashed', "    \
     "'claim_rolled_back')"                                                                         \
     "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                             \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK

@@ -1,5 +1,5 @@
-// complete_job, fail_job, heartbeat, assert_fence: the calls a worker makes while it holds a
-// lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
+// complete_job, fail_job, crash_job, release_job, heartbeat, assert_fence: the calls a worker
+// makes while it holds a lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
 // reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence error, and
 // whatever it wrote in the same transaction rolls back with it. The last parameter of each is
 // the caller (access.hpp): a job of a queue not granted to it matches no row either, and
@@ -36,9 +36,10 @@ JOBCAP_STATEMENT(
     {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // The attempt that just failed was the last when attempts has reached the cap (CAP: the cap of
-// job j joined with queue q, spi/cap.hpp): the claim counted it already. $4 = retry_in (NULL:
-// the queue's backoff), $5 = now, $6 = caller.
-#define FAIL_JOB(CAP)                                                                              \
+// job j joined with queue q, spi/cap.hpp): the claim counted it already. fail_job and crash_job
+// differ only in the history row's KIND. $4 = retry_in (NULL: the queue's backoff), $5 = now,
+// $6 = caller.
+#define FAIL_THE_ATTEMPT(KIND, CAP)                                                                \
     "WITH failed AS (UPDATE jobcap.jobs j"                                                         \
     "   SET state = CASE WHEN j.attempts >= " CAP                                                  \
     " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"                                           \
@@ -52,17 +53,37 @@ JOBCAP_STATEMENT(
     " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"          \
     "   AND " JOBCAP_MAY_WORK("$6", "j.queue")                                                     \
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"                       \
-    JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5") " SELECT state FROM failed"
+    JOBCAP_HISTORY_CTES("failed", KIND, "$3", "$5") " SELECT state FROM failed"
 
-JOBCAP_STATEMENT(fail_job, FAIL_JOB(JOBCAP_CAP),
+JOBCAP_STATEMENT(fail_job, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
 
 // fail_job of the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between installing this
 // library and ALTER EXTENSION jobcap UPDATE.
-JOBCAP_STATEMENT(fail_job_0_1, FAIL_JOB(JOBCAP_CAP_0_1),
+JOBCAP_STATEMENT(fail_job_0_1, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP_0_1),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
+// The handler's process died (seen by the process that holds the lease): an attempt that
+// counts, recorded as a crash.
+JOBCAP_STATEMENT(crash_job, FAIL_THE_ATTEMPT("'crashed'", JOBCAP_CAP),
+                 {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
+                 PlanKind::generic);
+
+// A claimed job whose handler never started goes back: pending, the claim's attempt given back
+// (the claim counted it), the lease dropped. The fence stays where the claim put it, and the job
+// is no longer running, so that fence is stale for good: the next claim takes a newer one from
+// the sequence. run_at is kept: the job was due when it was claimed. The history row names the
+// attempt given back. $3 = now, $4 = caller.
+JOBCAP_STATEMENT(release_job,
+    "WITH released AS (UPDATE jobcap.jobs j SET state = 'pending', attempts = j.attempts - 1,"
+    "       lease_expires_at = NULL"
+    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND j.attempts > 0"
+    "   AND " JOBCAP_MAY_WORK("$4", "j.queue")
+    " RETURNING j.job_id, j.queue, j.attempts + 1 AS attempts, j.fence, j.worker, j.state),"
+    JOBCAP_HISTORY_CTES("released", "'released'", "NULL", "$3")
+    " SELECT state FROM released",
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // A batch completion: one compare-and-swap UPDATE for all the jobs, and the first (in input
 // order) whose (job, fence) pair was not settled, if any (matched on the pair, so a job listed
@@ -201,6 +222,33 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     return compare_and_swap(access,
                             schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
                             function, job_id, fence, p, SPI_OK_SELECT);
+}
+
+JOBCAP_FUNCTION(crash_job, Duty::worker)
+{
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
+    if (PG_ARGISNULL(2))
+        p.add((Datum) 0, true);
+    else
+        p.add(kept_text(PG_GETARG_TEXT_PP(2)));
+    // No retry_in: a crash waits out the queue's backoff.
+    p.add((Datum) 0, true).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    return compare_and_swap(access, statements::crash_job, function, job_id, fence, p,
+                            SPI_OK_SELECT);
+}
+
+JOBCAP_FUNCTION(release_job, Duty::worker)
+{
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    return compare_and_swap(access, statements::release_job, function, job_id, fence, p,
+                            SPI_OK_SELECT);
 }
 
 JOBCAP_FUNCTION(heartbeat, Duty::worker)

@@ -69,9 +69,10 @@ namespace statements {
     "   FROM jobcap.jobs j WHERE j.state = 'dead' GROUP BY j.queue),"                              \
     " fail AS (SELECT e.queue, count(*) FILTER (WHERE e.kind = 'error') AS attempts,"              \
     "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'error') AS jobs,"                       \
-    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS lost,"       \
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS " \
+    "lost,"                                                                                        \
     "     count(DISTINCT e.job_id)"                                                                \
-    "       FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashed"            \
+    "       FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS crashed" \
     "   FROM jobcap.job_errors e WHERE e.at > $1 AND e.at <= $2 GROUP BY e.queue),"                \
     " done AS (SELECT m.queue, sum(m.succeeded)::bigint AS succeeded,"                             \
     "     sum(m.cancelled)::bigint AS cancelled FROM jobcap.stats_minutes m"                       \

@@ -87,7 +87,9 @@ void raise_not_current(const Access& access, const char* function, int64 job_id,
     else if (strcmp(state, "running") == 0 || fence < current)
         why = "The job's lease expired and it was claimed again under a newer fence.";
     else if (strcmp(state, "pending") == 0)
-        why = "The job's lease expired and the reaper returned it to the queue.";
+        why =
+            "The job is back in the queue: it was released, or its lease expired and the reaper "
+            "returned it.";
     else if (strcmp(state, "succeeded") == 0)
         why = "The job has already succeeded.";
     else if (strcmp(state, "dead") == 0)

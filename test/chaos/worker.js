@@ -1,10 +1,14 @@
 'use strict';
-// A chaos worker in Node: the jobcap Node client running the chaos kinds.
+// A chaos worker in Node: the jobcap Node client, isolated, running the chaos kinds of
+// handler.js in its child processes.
 // usage: node worker.js CONNECTION_JSON NAME  (CHAOS_LEASE, CHAOS_TIMEOUT in seconds,
 // CHAOS_CONCURRENCY). Same kinds, effects and events as worker.py.
 const path = require('node:path');
-const pg = require(path.join(__dirname, '..', '..', 'clients', 'node', 'node_modules', 'pg'));
+
+process.env.CHAOS_CONNECTION = process.argv[2];  // for handler.js, here and in the children
+process.env.CHAOS_NAME = process.argv[3];
 const jobcap = require(path.join(__dirname, '..', '..', 'clients', 'node', 'lib'));
+const { event, closeSide } = require('./handler');
 
 const connection = JSON.parse(process.argv[2]);
 const name = process.argv[3];
@@ -15,86 +19,13 @@ process.on('uncaughtException', (err) => {
   console.log(`worker ${name}: uncaught ${err.stack}`);
   process.exit(1);
 });
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-// One autocommit connection for events and the hanger's moves outside its job; statements on it
-// go one at a time.
-let side = null;
-let sideTail = Promise.resolve();
-function onSide(fn) {
-  const run = sideTail.then(async () => {
-    if (!side) {
-      const client = new pg.Client({ ...connection, application_name: `chaos side ${name}` });
-      client.on('error', () => { if (side === client) side = null; });
-      await client.connect();
-      side = client;
-    }
-    return fn(side);
-  });
-  sideTail = run.catch(() => {});
-  return run;
-}
-
-async function event(job, what) {
-  await onSide((c) => c.query('INSERT INTO events (worker, job_id, fence, event) VALUES ($1, $2, $3, $4)',
-    [name, job.id, job.fence, what])).catch(() => {});
-}
-
-const effect = (db, job) => db.query('INSERT INTO effects (job_id, fence, worker) VALUES ($1, $2, $3)',
-  [job.id, job.fence, name]);
-
-async function hang(job) {
-  await onSide((c) => c.query("UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'" +
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running'", [job.id, job.fence]));
-  const end = Date.now() + timeout * 0.7;
-  let reaped = false;
-  while (Date.now() < end && !reaped) {
-    const { rows } = await onSide((c) => c.query(
-      "SELECT state = 'running' AND fence = $1 AS mine FROM jobcap.jobs WHERE job_id = $2", [job.fence, job.id]));
-    reaped = !rows[0].mine;
-    if (!reaped) await sleep(50);
-  }
-  if (!reaped) return event(job, 'hanger_not_reaped');
-  await event(job, 'hanger_reaped');
-  // An effect under the stale fence, guarded by assert_fence in its own transaction: rejected.
-  const outcome = await onSide(async (c) => {
-    await c.query('BEGIN');
-    try {
-      await effect(c, job);
-      await jobcap.assertFence(c, job.id, job.fence);
-      await c.query('COMMIT');
-      return 'stale_effect_accepted';
-    } catch (err) {
-      await c.query('ROLLBACK');
-      if (err instanceof jobcap.StaleFenceError) return 'stale_effect_rejected';
-      throw err;
-    }
-  });
-  await event(job, outcome);
-}
 
 const worker = new jobcap.Worker({
   connection, queue: 'chaos', name, concurrency, lease, timeout, pollMin: 50, pollMax: 1000,
+  handler: path.join(__dirname, 'handler.js'),
   logger: { info() {}, warn: (m) => console.log(m), error: (m) => console.log(m) },
-  async handler(job) {
-    const { kind } = job.payload;
-    if (kind === 'killer') {
-      await effect(job.client, job);  // uncommitted: it must vanish with the process
-      process.kill(process.pid, 'SIGKILL');
-    }
-    if (kind === 'poison') throw new Error(`poison job ${job.id} cannot be processed`);
-    if (kind === 'flaky' && job.attempt <= job.payload.fail_times) {
-      throw new Error(`flaky job ${job.id} failed on attempt ${job.attempt}`);
-    }
-    if (kind === 'hanger' && job.attempt <= job.payload.hang_attempts) await hang(job);
-    await sleep(job.payload.work_ms || 0);
-    await effect(job.client, job);
-  },
 });
 worker.on('settled', (job, outcome, error) => {
   if (outcome === 'stale') event(job, `stale:${(error && error.operation) || 'handler'}`);
 });
-worker.run().then(async () => {
-  await sideTail;
-  if (side) await side.end().catch(() => {});
-});
+worker.run().then(closeSide);

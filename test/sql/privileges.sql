@@ -40,7 +40,8 @@ CREATE ROLE regress_noinherit LOGIN NOINHERIT IN ROLE regress_team;
 GRANT USAGE ON SCHEMA jobcap TO regress_noinherit;
 GRANT EXECUTE ON FUNCTION jobcap.enqueue_job, jobcap.enqueue_jobs, jobcap.claim_job,
     jobcap.claim_job_by_id, jobcap.complete_job, jobcap.complete_jobs, jobcap.fail_job, jobcap.heartbeat,
-    jobcap.assert_fence, jobcap.complete_and_claim, jobcap.backoff TO regress_noinherit;
+    jobcap.assert_fence, jobcap.complete_and_claim, jobcap.backoff, jobcap.release_job,
+    jobcap.crash_job TO regress_noinherit;
 
 SELECT jobcap.create_queue('qa', max_attempts => 50);
 SELECT jobcap.create_queue('qb', max_attempts => 50);
@@ -122,6 +123,12 @@ BEGIN
   WHEN 'assert_fence' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT jobcap.assert_fence(%s, %s)', j.job, j.fence);
+  WHEN 'release_job' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT jobcap.release_job(%s, %s)', j.job, j.fence);
+  WHEN 'crash_job' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT jobcap.crash_job(%s, %s, ''killed by signal 9'')', j.job, j.fence);
   WHEN 'complete_and_claim' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT * FROM jobcap.complete_and_claim(%s, %s, %L, ''w'')', j.job, j.fence, q);
@@ -166,7 +173,8 @@ CREATE TABLE matrix_fns (fn text PRIMARY KEY, ord numeric, per_queue boolean);
 INSERT INTO matrix_fns VALUES
   ('enqueue_job', 1, true), ('enqueue_jobs', 2, true), ('claim_job', 3, true),
   ('claim_job_by_id', 4, true), ('complete_job', 5, true), ('complete_jobs', 5.5, true), ('fail_job', 6, true),
-  ('heartbeat', 7, true), ('assert_fence', 8, true), ('complete_and_claim', 9, true),
+  ('heartbeat', 7, true), ('assert_fence', 8, true), ('release_job', 8.3, true),
+  ('crash_job', 8.6, true), ('complete_and_claim', 9, true),
   ('create_queue', 10, true), ('alter_queue', 11, true), ('drop_queue', 12, true),
   ('cancel_job', 13, true), ('requeue_job', 14, true), ('reap_jobs', 15, false),
   ('statements', 16, false), ('backoff', 17, false), ('grant_queue', 18, true),
@@ -236,7 +244,8 @@ CREATE FUNCTION policy(who text, fn text, queue text) RETURNS text LANGUAGE sql 
     WHEN who IN ('regress_worker_a', 'regress_team_member') THEN
       CASE WHEN fn = 'backoff' THEN 'ok'
            WHEN fn IN ('enqueue_job', 'enqueue_jobs', 'claim_job', 'claim_job_by_id', 'complete_job',
-                       'complete_jobs', 'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim')
+                       'complete_jobs', 'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim',
+                       'release_job', 'crash_job')
                 AND queue = 'qa' THEN 'ok'
            ELSE '42501' END
     WHEN who IN ('regress_worker_none', 'regress_noinherit') THEN

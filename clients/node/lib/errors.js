@@ -28,6 +28,18 @@ class StaleFenceError extends JobcapError {
 /** The handler ran past its deadline. Also the reason of job.signal when it aborts. */
 class JobTimeoutError extends JobcapError {}
 
+/** A handler's process died without settling its job (a signal, an exit): the attempt was
+ * recorded with jobcap.crash_job, as a crash. */
+class HandlerCrashedError extends JobcapError {}
+
+/** An error a handler threw in its child process, as text (its name kept in `errorName`). */
+class HandlerError extends JobcapError {
+  constructor(message, errorName) {
+    super(message);
+    this.errorName = errorName;
+  }
+}
+
 function isStale(err) {
   return err instanceof StaleFenceError || (err != null && err.code === STALE_FENCE);
 }
@@ -48,6 +60,7 @@ function isConnectionError(err) {
 }
 
 module.exports = {
-  STALE_FENCE, JobcapError, StaleFenceError, JobTimeoutError, isStale, translate,
+  STALE_FENCE, JobcapError, StaleFenceError, JobTimeoutError, HandlerCrashedError, HandlerError,
+  isStale, translate,
   isConnectionError,
 };

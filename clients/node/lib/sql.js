@@ -93,7 +93,23 @@ async function assertFence(db, jobId, fence) {
     jobId, fence);
 }
 
+/** Gives back a claimed job whose handler never started (jobcap.release_job): pending again,
+ * the claim's attempt not counted. Only for a job whose work never began: releasing one that
+ * ran would let it run past its cap. */
+async function release(db, jobId, fence) {
+  const { rows } = await call(db, 'release_job',
+    'SELECT jobcap.release_job($1, $2)::text AS state', [jobId, fence], jobId, fence);
+  return rows[0].state;
+}
+
+/** Ends an attempt whose handler's process died (history kind 'crashed'; it counts). */
+async function crash(db, jobId, fence, error) {
+  const { rows } = await call(db, 'crash_job',
+    'SELECT jobcap.crash_job($1, $2, $3)::text AS state', [jobId, fence, error], jobId, fence);
+  return rows[0].state;
+}
+
 module.exports = {
   interval, createQueue, setMaxRunning, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
-  enqueue, complete, fail, heartbeat, assertFence,
+  enqueue, complete, fail, heartbeat, assertFence, release, crash,
 };

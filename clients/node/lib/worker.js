@@ -1,7 +1,19 @@
 'use strict';
-// The worker loop: claim up to `concurrency` jobs, run each handler under a deadline in its own
-// transaction, settle it, repeat. One control connection LISTENs, claims and heartbeats; a
-// pool of `concurrency` connections carries the jobs' transactions.
+// The worker loop: claim up to `concurrency` + `prefetch` jobs, run up to `concurrency` handlers
+// at once, each under a deadline in its own transaction, settle, repeat. One control connection
+// LISTENs, claims, heartbeats, releases and records crashes.
+//
+// Isolated (handler given as a module path): each running handler is in a child process of its
+// own (child_process.fork of lib/child.js, reused from job to job), with its own connection for
+// the job's transaction. A handler that kills its process (SIGKILL, a segfault, process.exit)
+// costs nothing to the other jobs: this process sees the child exit and records the attempt at
+// once with jobcap.crash_job ("killed by signal N", history kind 'crashed'). At the deadline the
+// child is killed and the attempt failed with a JobTimeoutError. In-process (handler given as a
+// function): a pool of `concurrency` connections carries the jobs' transactions.
+//
+// Jobs claimed but not started wait (at most `prefetch` of them) with their leases kept alive by
+// heartbeats; on stop() or SIGTERM they are given back with jobcap.release_job (pending again,
+// their attempts not counted) and the running ones finish.
 //
 // The deadline. A handler must finish `timeout` ms after its lease was last granted (claim or
 // job.heartbeat()), and timeout < lease, so it is stopped while the lease is still ours. At
@@ -12,11 +24,14 @@
 // kills the process before the lease runs out (exitOnHang).
 const { EventEmitter } = require('node:events');
 const os = require('node:os');
+const path = require('node:path');
+const { fork } = require('node:child_process');
 const { performance } = require('node:perf_hooks');
 const pg = require('pg');
 const sql = require('./sql');
 const { Watchdog } = require('./watchdog');
-const { JobTimeoutError, isStale, translate, isConnectionError } = require('./errors');
+const { JobTimeoutError, HandlerCrashedError, HandlerError, StaleFenceError, isStale, translate,
+  isConnectionError } = require('./errors');
 
 const CLAIM = 'SELECT job_id, fence, attempt, max_attempts, payload, lease_expires_at' +
   ' FROM jobcap.claim_job($1, $2, $3, $4)';
@@ -71,13 +86,18 @@ function errorText(err) {
 
 const quietLogger = { info() {}, warn: (...a) => console.warn(...a), error: (...a) => console.error(...a) };
 
-/** Runs `handler(job)` for the jobs of one queue until stop() or SIGTERM.
- * Emits 'settled' (job, outcome, error) with outcome 'succeeded', 'retry', 'dead' or 'stale'. */
+/** Runs the handler for the jobs of one queue until stop() or SIGTERM. `handler` is a module
+ * path (isolated: each job in a child process) or a function (in-process).
+ * Emits 'settled' (job, outcome, error) with outcome 'succeeded', 'retry', 'dead', 'stale' or
+ * 'released'. */
 class Worker extends EventEmitter {
-  constructor({ connection, queue, handler, name, concurrency = 1, lease = 60000, timeout,
-    pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger }) {
+  constructor({ connection, queue, handler, name, concurrency = 1, prefetch = 0, lease = 60000,
+    timeout, pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger }) {
     super();
-    if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    if (typeof handler !== 'function' && typeof handler !== 'string') {
+      throw new TypeError('handler must be a module path (isolated) or a function (in-process)');
+    }
+    if (!(Number.isInteger(prefetch) && prefetch >= 0)) throw new RangeError('prefetch must be a non-negative integer');
     if (!queue) throw new TypeError('queue is required');
     if (!(Number.isInteger(concurrency) && concurrency >= 1)) throw new RangeError('concurrency must be a positive integer');
     if (!(lease > 0)) throw new RangeError('lease must be positive');
@@ -90,6 +110,9 @@ class Worker extends EventEmitter {
     this.config = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.queue = queue;
     this.handler = handler;
+    this.isolated = typeof handler === 'string';
+    this.handlerModule = this.isolated ? path.resolve(handler) : null;
+    this.prefetch = prefetch;
     this.name = name || `${os.hostname()}:${process.pid}`;
     this.concurrency = concurrency;
     this.lease = lease;
@@ -106,6 +129,11 @@ class Worker extends EventEmitter {
     this._pool = null;
     this._inflight = new Set();
     this._entries = new Map();   // job id -> { job, deadline, timer, fire }
+    this._waiting = [];          // claimed, not started
+    this._children = [];         // isolated: idle handler processes
+    this._living = new Set();    // isolated: every handler process
+    this._fatal = null;
+    this._spawning = [];         // isolated: handler processes starting, not yet handed a job
     this._stopping = false;
     this._woken = false;
     this._nudge = null;
@@ -146,15 +174,23 @@ class Worker extends EventEmitter {
     if (this.exitOnHang) this._watchdog = new Watchdog(this.grace, this.name);
     let poll = this.pollMin;
     let retry = 200;
+    const keeper = setInterval(() => this._keepWaiting(), Math.max(this.lease / 3, 10));
     try {
+      if (this.isolated) {
+        // Fails early, before any claim, when the handler's module cannot be loaded.
+        for (let i = 0; i < this.concurrency; i++) this._spare();
+        await Promise.all(this._spawning);
+      }
       while (!this._stopping) {
-        if (this._inflight.size >= this.concurrency) {
+        this._dispatch();
+        const room = this.concurrency + this.prefetch - this._inflight.size - this._waiting.length;
+        if (room <= 0) {
           await this._nap(Infinity);
           continue;
         }
         let jobs;
         try {
-          jobs = await this._claim(this.concurrency - this._inflight.size);
+          jobs = await this._claim(room);
           retry = 200;
         } catch (err) {
           if (!isConnectionError(err)) throw err;
@@ -166,24 +202,77 @@ class Worker extends EventEmitter {
         }
         if (jobs.length > 0) {
           poll = this.pollMin;
-          for (const job of jobs) this._track(job);
+          this._waiting.push(...jobs);
           continue;
         }
         if (!(await this._nap(poll))) poll = Math.min(poll * 2, this.pollMax);
       }
+      await this._releaseWaiting();
       await Promise.allSettled([...this._inflight]);
     } finally {
+      clearInterval(keeper);
       if (handleSignals) {
         process.removeListener('SIGTERM', onSignal);
         process.removeListener('SIGINT', onSignal);
       }
+      await this._releaseWaiting().catch(() => {});
       await Promise.allSettled([...this._inflight]);
+      for (const child of this._living) {
+        if (child.connected) child.disconnect();
+      }
+      this._children = [];
       if (this._watchdog) this._watchdog.stop();
       this._watchdog = null;
       await this._dropControl();
       await this._pool.end().catch(() => {});
       this._pool = null;
       this.logger.info(`worker ${this.name} stopped`);
+    }
+    if (this._fatal) throw this._fatal;
+  }
+
+  // --- held jobs: started, kept, given back --------------------------------------------------
+
+  /** Starts waiting jobs while a slot is free. */
+  _dispatch() {
+    while (!this._stopping && this._inflight.size < this.concurrency && this._waiting.length > 0) {
+      const job = this._waiting.shift();
+      if (job.lost) {
+        this._settled(job, 'stale', job.lost);
+        continue;
+      }
+      this._track(job);
+    }
+  }
+
+  /** Heartbeats the jobs that wait, so their leases outlast the wait. */
+  _keepWaiting() {
+    const now = performance.now();
+    for (const job of this._waiting) {
+      if (job.lost || job._renewing || now - job._grantedAt < this.lease / 3) continue;
+      job._renewing = true;
+      this._heartbeat(job).catch((err) => {
+        if (isStale(err)) job.lost = err;
+        else this.logger.warn(`worker ${this.name}: heartbeat of job ${job.id} failed: ${err.message}`);
+      }).finally(() => { job._renewing = false; });
+    }
+  }
+
+  /** Gives back the jobs held but not started: pending again, their attempts not counted. */
+  async _releaseWaiting() {
+    const jobs = this._waiting.splice(0);
+    for (const job of jobs) {
+      if (job.lost) continue;
+      try {
+        await this._onControl((control) => sql.release(control, job.id, job.fence));
+        this._settled(job, 'released', null);
+      } catch (err) {
+        if (isStale(err)) this._settled(job, 'stale', err);
+        else {
+          this.logger.warn(`worker ${this.name}: could not release job ${job.id} (${err.message}); ` +
+            'it goes back when its lease expires');
+        }
+      }
     }
   }
 
@@ -279,6 +368,21 @@ class Worker extends EventEmitter {
   }
 
   async _runJob(job) {
+    if (performance.now() - job._grantedAt > this.lease / 3) {
+      // It waited behind others: renew its lease so the full timeout fits.
+      try {
+        await this._heartbeat(job);
+      } catch (err) {
+        if (isStale(err)) {
+          this._settled(job, 'stale', err);
+          return;
+        }
+      }
+    }
+    if (this.isolated) {
+      await this._runIsolated(job);
+      return;
+    }
     let client;
     try {
       client = await this._pool.connect();
@@ -344,6 +448,147 @@ class Worker extends EventEmitter {
     }
   }
 
+  // --- isolated: one child process per running job -------------------------------------------
+
+  /** An idle handler process, or one being started, or a new one. */
+  _acquireChild() {
+    while (this._children.length > 0) {
+      const idle = this._children.pop();
+      if (idle.connected && idle.exitCode === null && idle.signalCode === null) return Promise.resolve(idle);
+    }
+    if (this._spawning.length > 0) return this._spawning.shift();
+    return this._spawnChild();
+  }
+
+  /** Starts a handler process ahead of need (at start, and after one died), so that its start-up
+   * is not charged to a job's timeout. */
+  _spare() {
+    const ready = this._spawnChild();
+    ready.catch(() => {});
+    this._spawning.push(ready);
+    return ready;
+  }
+
+  /** A new handler process, resolved once it has loaded the handler's module. */
+  _spawnChild() {
+    const config = { ...this.config, application_name: `jobcap job ${this.name}`.slice(0, 63) };
+    const child = fork(path.join(__dirname, 'child.js'), [this.handlerModule, JSON.stringify(config)],
+      { stdio: 'inherit', serialization: 'json' });
+    this._living.add(child);
+    child.on('exit', () => {
+      this._living.delete(child);
+      this._children = this._children.filter((c) => c !== child);
+    });
+    child.on('message', (msg) => {
+      if (msg.type === 'heartbeat' && child.job && child.job.id === msg.jobId) {
+        this._heartbeat(child.job).then(
+          (expires) => child.connected && child.send({ type: 'heartbeat', id: msg.id, expires: expires.toISOString() }),
+          (err) => child.connected && child.send({ type: 'heartbeat', id: msg.id, jobId: msg.jobId,
+            error: err.message, stale: isStale(err) }));
+      }
+    });
+    return new Promise((resolve, reject) => {
+      const onMessage = (msg) => {
+        if (msg.type !== 'ready') return;
+        child.removeListener('exit', onExit);
+        child.removeListener('message', onMessage);
+        resolve(child);
+      };
+      const onExit = (code, signal) => {
+        child.removeListener('message', onMessage);
+        reject(new Error(`the handler module ${this.handlerModule} could not be loaded ` +
+          `(its process exited with ${signal || `status ${code}`})`));
+      };
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+  }
+
+  async _runIsolated(job) {
+    let child;
+    try {
+      child = await this._acquireChild();
+    } catch (err) {
+      // A handler that cannot load would crash every job to its cap: give the job back, stop.
+      this.logger.error(`worker ${this.name}: ${err.message}; stopping`);
+      this._fatal = this._fatal || err;
+      this._waiting.unshift(job);
+      this.stop();
+      return;
+    }
+    const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null };
+    let timedOut = false;
+    const ended = new Promise((resolve) => {
+      entry.fire = () => {
+        timedOut = true;
+        child.kill('SIGKILL');
+      };
+      const onMessage = (msg) => {
+        if (msg.type !== 'outcome' || msg.jobId !== job.id || timedOut) return;
+        child.removeListener('message', onMessage);
+        child.removeListener('exit', onExit);
+        resolve({ message: msg });
+      };
+      const onExit = (code, signal) => {
+        child.removeListener('message', onMessage);
+        resolve({ code, signal });
+      };
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+    this._entries.set(job.id, entry);
+    this._arm(entry);
+    child.job = job;
+    child.send({ type: 'run', job: { id: job.id, fence: job.fence, attempt: job.attempt,
+      maxAttempts: job.maxAttempts, payload: job.payload, leaseExpiresAt: job.leaseExpiresAt } });
+    const result = await ended;
+    this._unwatch(entry);
+    child.job = null;
+    if (result.message) {
+      this._children.push(child);
+      const msg = result.message;
+      if (msg.outcome === 'lost') {
+        this.logger.warn(`worker ${this.name}: job ${job.id} lost its connection (${msg.error}); ` +
+          'it goes back when its lease expires');
+        return;
+      }
+      let error = null;
+      if (msg.outcome === 'stale') {
+        error = new StaleFenceError(msg.error, { jobId: job.id, fence: job.fence, operation: msg.operation || undefined });
+      } else if (msg.error) {
+        error = new HandlerError(msg.error, msg.name);
+      }
+      this._settled(job, msg.outcome, error);
+      return;
+    }
+    if (!this._stopping) this._spare();
+    if (timedOut) {
+      const err = new JobTimeoutError(`handler ran past its ${this.timeout} ms timeout`);
+      await this._fail(job, null, `${err.name}: ${err.message} (its process was killed)`, err);
+      return;
+    }
+    const text = result.signal
+      ? `killed by signal ${os.constants.signals[result.signal] || '?'} (${result.signal})`
+      : `exited with status ${result.code} without settling the job`;
+    await this._crash(job, text);
+  }
+
+  /** Records the attempt of a job whose handler's process died, as a crash. */
+  async _crash(job, text) {
+    const cause = new HandlerCrashedError(text);
+    try {
+      const state = await this._onControl((control) => sql.crash(control, job.id, job.fence, text));
+      this._settled(job, state === 'pending' ? 'retry' : state, cause);
+    } catch (err) {
+      if (isStale(err)) {
+        this._settled(job, 'stale', err);
+      } else {
+        this.logger.warn(`worker ${this.name}: could not record the crash of job ${job.id} ` +
+          `(${err.message}); it goes back when its lease expires`);
+      }
+    }
+  }
+
   /** Fails the attempt on `client` (the job's, rolled back) or, when null, on the control
    * connection. */
   async _fail(job, client, text, cause) {
@@ -373,7 +618,7 @@ class Worker extends EventEmitter {
   }
 
   _settled(job, outcome, error) {
-    if (outcome !== 'succeeded' && outcome !== 'stale') {
+    if (outcome !== 'succeeded' && outcome !== 'stale' && outcome !== 'released') {
       this.logger.info(`worker ${this.name}: job ${job.id} attempt ${job.attempt}/${job.maxAttempts} ` +
         `failed (${outcome}): ${error && error.message}`);
     }

@@ -392,3 +392,134 @@ describe('processes', () => {
     assert.deepEqual(rows[0], { state: 'running', attempts: 1, live: true });
   });
 });
+
+describe('isolation', () => {
+  const handlers = path.join(__dirname, '..', 'test-support', 'handlers.js');
+  async function history(id) {
+    const { rows } = await db.query('SELECT kind, attempt, error FROM jobcap.job_errors' +
+      ' WHERE job_id = $1 ORDER BY seq', [id]);
+    return rows;
+  }
+  const running = async () => Number((await db.query("SELECT count(*) FROM jobcap.jobs WHERE queue = $1" +
+    " AND state = 'running'", [ctx.queue])).rows[0].count);
+
+  it('lets a poison job that SIGKILLs its process die alone at its cap, batch after batch', async () => {
+    await queue({ maxAttempts: 3 });
+    const poison = [];
+    const innocent = [];
+    for (let b = 0; b < 3; b++) {  // batches of 5, one poison job in each, in a different place
+      for (let n = 0; n < 5; n++) {
+        const id = await enqueue({ do: n === b * 2 ? 'kill' : 'ok' });
+        (n === b * 2 ? poison : innocent).push(id);
+      }
+    }
+    start(handlers, { prefetch: 4 });  // holds up to 5: the batch
+    await waitFor(async () => {
+      for (const id of [...poison, ...innocent]) {
+        if (!['succeeded', 'dead'].includes((await job(id)).state)) return false;
+      }
+      return ctx.outcomes.filter((o) => o.error instanceof jobcap.HandlerCrashedError).length === 9;
+    }, 30000);
+    for (const id of poison) {
+      assert.deepEqual({ ...(await job(id)), fence: undefined }, { state: 'dead', attempts: 3, fence: undefined });
+      assert.deepEqual(await history(id), [1, 2, 3].map((attempt) =>
+        ({ kind: 'crashed', attempt, error: 'killed by signal 9 (SIGKILL)' })));
+      assert.deepEqual(await effects(id), []);
+    }
+    for (const id of innocent) {
+      const row = await job(id);
+      assert.deepEqual([row.state, row.attempts], ['succeeded', 1], `job ${id}`);
+      assert.deepEqual(await history(id), []);
+      assert.deepEqual(await effects(id), [row.fence]);
+    }
+    const { rows } = await db.query('SELECT count(*)::int AS n, sum(crashes)::int AS crashes,' +
+      ' sum(errors)::int AS errors FROM jobcap.dead_jobs WHERE queue = $1', [ctx.queue]);
+    assert.deepEqual(rows[0], { n: 3, crashes: 9, errors: 0 });
+  });
+
+  it('records an abort as a crash and a thrown error as an error', async () => {
+    await queue({ maxAttempts: 1 });
+    const aborted = await enqueue({ do: 'abort' });
+    const thrown = await enqueue({ do: 'throw' });
+    start(handlers);
+    await waitFor(async () => (await job(aborted)).state === 'dead' && (await job(thrown)).state === 'dead');
+    assert.deepEqual(await history(aborted), [{ kind: 'crashed', attempt: 1, error: 'killed by signal 6 (SIGABRT)' }]);
+    const [row] = await history(thrown);
+    assert.equal(row.kind, 'error');
+    assert.match(row.error, /^RangeError: bad input in job/);
+  });
+
+  it('kills a handler at its deadline, inside the lease, and fails the attempt', async () => {
+    await queue({ maxAttempts: 1, lease: 3000 });
+    const id = await enqueue({ do: 'hang' });
+    const started = Date.now();
+    start(handlers, { lease: 3000, timeout: 500 });
+    await waitFor(async () => (await job(id)).state === 'dead');
+    assert.ok(Date.now() - started < 3000, 'ended before the lease ran out');
+    const [row] = await history(id);
+    assert.equal(row.kind, 'error');
+    assert.match(row.error, /JobTimeoutError.*killed/);
+  });
+
+  it('carries heartbeats from the child to the lease', async () => {
+    await queue();
+    const id = await enqueue({ do: 'beat' });
+    start(handlers, { lease: 2000, timeout: 1200 });
+    const reaped = [];
+    while ((await job(id)).state !== 'succeeded') {
+      reaped.push(...(await db.query('SELECT job_id FROM jobcap.reap_jobs() WHERE queue = $1', [ctx.queue])).rows);
+      await sleep(50);
+    }
+    assert.deepEqual(reaped, []);
+    assert.equal((await job(id)).attempts, 1);
+  });
+
+  it('holds no more than concurrency + prefetch jobs', async () => {
+    await queue();
+    const ids = [];
+    for (let i = 0; i < 8; i++) ids.push(await enqueue({ ms: 200 }));
+    start(handlers, { concurrency: 2, prefetch: 1 });
+    let most = 0;
+    for (;;) {
+      most = Math.max(most, await running());
+      let done = true;
+      for (const id of ids) if ((await job(id)).state !== 'succeeded') done = false;
+      if (done) break;
+      await sleep(20);
+    }
+    assert.ok(most <= 3, `held ${most}`);
+    assert.ok(most >= 2, 'two ran at once');
+    for (const id of ids) assert.equal((await job(id)).attempts, 1);
+  });
+});
+
+describe('isolated processes', () => {
+  it('on SIGTERM during a batch finishes the started job and releases the others', async () => {
+    await queue();
+    const ids = [];
+    ids.push(await enqueue({ started: true, ms: 1000 }));
+    for (let i = 0; i < 4; i++) ids.push(await enqueue({ ms: 1000 }));
+    const child = spawn(process.execPath, [path.join(__dirname, '..', 'test-support', 'worker_script.js'),
+      JSON.stringify(server.connection), ctx.queue, 'isolated'], { env: { ...process.env, PREFETCH: '4' } });
+    child.output = '';
+    child.stdout.on('data', (d) => { child.output += d; });
+    child.stderr.on('data', (d) => { child.output += d; });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      await waitFor(() => child.output.includes(`started ${ids[0]}`));
+      const { rows } = await db.query("SELECT count(*)::int AS n FROM jobcap.jobs WHERE queue = $1" +
+        " AND state = 'running'", [ctx.queue]);
+      assert.equal(rows[0].n, 5, 'the batch was held');
+      child.kill('SIGTERM');
+      const { code } = await exited;
+      assert.equal(code, 0, child.output);
+      assert.match(child.output, /exited cleanly/);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+    assert.deepEqual({ ...(await job(ids[0])), fence: undefined }, { state: 'succeeded', attempts: 1, fence: undefined });
+    for (const id of ids.slice(1)) {
+      assert.deepEqual({ ...(await job(id)), fence: undefined }, { state: 'pending', attempts: 0, fence: undefined });
+    }
+  });
+});

@@ -4,15 +4,17 @@
     worker = jobcap.Worker("dbname=app", "emails", handle, lease=60, timeout=45)
     worker.run()
 """
-from .errors import STALE_FENCE, JobcapError, JobTimeout, StaleFence, is_stale, translate
-from .sql import (assert_fence, complete, create_queue, enqueue, fail, heartbeat, pause_queue,
-                  resume_queue, schedule_job, set_max_running, unschedule_job)
-from .worker import HANG_EXIT_STATUS, Job, Worker
+from ._version import __version__
+from .errors import (STALE_FENCE, HandlerCrashed, JobcapError, JobTimeout, StaleFence, is_stale,
+                     translate)
+from .sql import (assert_fence, complete, crash, create_queue, enqueue, fail, heartbeat,
+                  pause_queue, release, resume_queue, schedule_job, set_max_running,
+                  unschedule_job)
+from .worker import HANG_EXIT_STATUS, HandlerError, Job, Worker
 
 __all__ = [
-    "STALE_FENCE", "JobcapError", "JobTimeout", "StaleFence", "is_stale", "translate",
-    "assert_fence", "complete", "create_queue", "enqueue", "fail", "heartbeat",
-    "pause_queue", "resume_queue", "schedule_job", "set_max_running", "unschedule_job",
-    "HANG_EXIT_STATUS", "Job", "Worker",
+    "STALE_FENCE", "HandlerCrashed", "HandlerError", "JobcapError", "JobTimeout", "StaleFence",
+    "is_stale", "translate", "assert_fence", "complete", "crash", "create_queue", "enqueue",
+    "fail", "heartbeat", "release", "pause_queue", "resume_queue", "schedule_job",
+    "set_max_running", "unschedule_job", "HANG_EXIT_STATUS", "Job", "Worker", "__version__",
 ]
-__version__ = "0.1.0"

@@ -34,6 +34,11 @@ class StaleFence(JobcapError):
         self.sqlstate = STALE_FENCE
 
 
+class HandlerCrashed(JobcapError):
+    """A handler's process died without settling its job (a signal, an exit): the supervisor
+    recorded the attempt with jobcap.crash_job, as a crash."""
+
+
 class JobTimeout(BaseException):
     """Raised inside a handler that ran past its deadline.
 

@@ -101,3 +101,21 @@ def heartbeat(conn: psycopg.Connection, job_id: int, fence: int,
 def assert_fence(conn: psycopg.Connection, job_id: int, fence: int) -> None:
     with translate("assert_fence", job_id, fence):
         conn.execute("SELECT jobcap.assert_fence(%s, %s)", (job_id, fence))
+
+
+def release(conn: psycopg.Connection, job_id: int, fence: int) -> str:
+    """Gives back a claimed job whose handler never started (see jobcap.release_job).
+
+    Only for a job whose work never began: the claim's attempt is not counted, so releasing a
+    job that ran would let it run past its cap.
+    """
+    with translate("release_job", job_id, fence):
+        return conn.execute("SELECT jobcap.release_job(%s, %s)::text",
+                            (job_id, fence)).fetchone()[0]
+
+
+def crash(conn: psycopg.Connection, job_id: int, fence: int, error: str) -> str:
+    """Ends an attempt whose handler's process died (history kind 'crashed'; it counts)."""
+    with translate("crash_job", job_id, fence):
+        return conn.execute("SELECT jobcap.crash_job(%s, %s, %s)::text",
+                            (job_id, fence, error)).fetchone()[0]

@@ -1,7 +1,18 @@
-"""The worker loop: claim a batch, run each job under a deadline, settle it, repeat.
+"""The worker loop: claim jobs, run each under a deadline, settle it, repeat.
 
-One Worker is one connection doing the work (claims, and each job's transaction) plus one side
-connection for heartbeats. Jobs of a batch run one after another in the thread that called
+Isolated (the default, ``isolate=True``): the process that calls run() is a supervisor. It owns
+the claims, the leases and the heartbeats of the jobs it holds, and runs each handler in a child
+process of its own (os.fork), which opens its own connection for the job's transaction and
+completes or fails the job in it. A handler that SIGKILLs or segfaults its process costs nothing
+to the other jobs held: the supervisor sees the child die and records the attempt at once with
+jobcap.crash_job ("killed by signal N", history kind 'crashed'); the jobs not started yet are
+run as usual. It holds at most ``concurrency + prefetch`` claimed jobs (defaults 1 and 0), and
+on stop() or SIGTERM gives the unstarted ones back with jobcap.release_job (pending again, their
+attempts not counted) while the running ones finish. A child that ignores its timeout is
+SIGKILLed by the supervisor before the lease runs out and recorded as a crash.
+
+In-process (``isolate=False``): one Worker is one connection doing the work (claims, and each
+job's transaction) plus one side connection for heartbeats. Jobs of a batch run one after another in the thread that called
 run(); a supervisor thread keeps the leases of the jobs still waiting in the batch alive and
 ends a handler that will not stop.
 
@@ -16,6 +27,8 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import ctypes.util
+import json
 import datetime as dt
 import logging
 import os
@@ -30,7 +43,7 @@ from typing import Any, Callable, Deque, Optional
 import psycopg
 
 from . import sql
-from .errors import JobTimeout, StaleFence, as_stale, is_stale, translate
+from .errors import HandlerCrashed, JobTimeout, StaleFence, as_stale, is_stale, translate
 
 log = logging.getLogger("jobcap")
 
@@ -38,6 +51,11 @@ CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload, lease_expires_at
          " FROM jobcap.claim_job(%s, %s, %s, %s)")
 
 HANG_EXIT_STATUS = 70
+
+# Connections a forked child inherited from its supervisor: kept referenced and never closed in
+# the child (closing one would end the supervisor's session on the shared socket); the child
+# leaves with os._exit, which runs no finalizer.
+_inherited: list = []
 
 
 class _ConnectionLost(Exception):
@@ -108,12 +126,22 @@ class Worker:
     """
 
     def __init__(self, conninfo: str, queue: str, handler: Handler, *,
-                 name: Optional[str] = None, batch: int = 1, lease: float = 60.0,
-                 timeout: Optional[float] = None, poll_min: float = 0.05,
+                 name: Optional[str] = None, batch: Optional[int] = None,
+                 lease: float = 60.0, timeout: Optional[float] = None, poll_min: float = 0.05,
                  poll_max: float = 5.0, on_settled: Optional[Settled] = None,
-                 exit_on_hang: bool = True):
-        if batch < 1:
+                 exit_on_hang: bool = True, isolate: bool = True, concurrency: int = 1,
+                 prefetch: Optional[int] = None):
+        if batch is not None and batch < 1:
             raise ValueError("batch must be at least 1")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not isolate and concurrency != 1:
+            raise ValueError("concurrency above 1 needs isolate=True")
+        if prefetch is None:
+            # batch, from before prefetch existed: the jobs held at once.
+            prefetch = 0 if batch is None else max(batch - concurrency, 0)
+        if prefetch < 0:
+            raise ValueError("prefetch must not be negative")
         if lease <= 0:
             raise ValueError("lease must be positive")
         if timeout is None:
@@ -127,7 +155,12 @@ class Worker:
         self.queue = queue
         self.handler = handler
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.batch = batch
+        self.isolate = isolate
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        # In-process, one claim takes the whole batch; isolated, at most concurrency + prefetch
+        # jobs are held at once.
+        self.batch = batch if batch is not None else concurrency + prefetch
         self.lease = float(lease)
         self.timeout = float(timeout)
         self.grace = (self.lease - self.timeout) / 2
@@ -150,6 +183,9 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._woken = False
+        self._children: dict = {}               # isolated: pid -> _Child
+        self._in_child = False
+        self._report_fd = -1
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -186,7 +222,10 @@ class Worker:
                                       daemon=True)
         supervisor.start()
         try:
-            self._loop()
+            if self.isolate:
+                self._loop_isolated()
+            else:
+                self._loop()
         finally:
             self._done.set()
             supervisor.join()
@@ -250,10 +289,10 @@ class Worker:
                 except Exception:
                     pass
 
-    def _claim(self) -> list:
+    def _claim(self, count: Optional[int] = None) -> list:
         assert self._conn is not None
         sent = time.monotonic()
-        rows = self._conn.execute(CLAIM, (self.queue, self.name, self.batch,
+        rows = self._conn.execute(CLAIM, (self.queue, self.name, count or self.batch,
                                           sql.interval(self.lease))).fetchall()
         self._conn.commit()
         return [Job(self, row, sent) for row in rows]
@@ -400,6 +439,11 @@ class Worker:
             raise _ConnectionLost(error) from error
 
     def _settled(self, job: Job, outcome: str, error: Optional[BaseException]) -> None:
+        if self._in_child:
+            self._report({"outcome": outcome, "error": None if error is None else _error_text(error),
+                          "type": None if error is None else type(error).__name__,
+                          "operation": getattr(error, "operation", None)})
+            return
         if outcome == "succeeded":
             log.debug("worker %s: job %d succeeded", self.name, job.id)
         elif outcome != "stale":
@@ -466,6 +510,8 @@ class Worker:
                 raise
         job.lease_expires_at = expires
         job._granted_at = sent
+        if self._in_child:
+            self._report({"heartbeat": sent})
         if running:
             with self._lock:
                 if self._current is job:
@@ -508,6 +554,326 @@ class Worker:
                 except psycopg.Error as error:
                     log.warning("worker %s: heartbeat of job %d failed: %s", self.name, job.id,
                                 error)
+
+
+    # --- isolated: a supervisor and one child process per running job ------------------------
+
+    def _loop_isolated(self) -> None:
+        poll = self.poll_min
+        retry = 0.2
+        claim_at = 0.0  # monotonic time of the next claim while there is room
+        while True:
+            stopping = self._stopping.is_set()
+            if stopping:
+                self._release_waiting()
+                if not self._children:
+                    return
+            else:
+                room = self.concurrency + self.prefetch - len(self._waiting) - len(self._children)
+                if room > 0 and time.monotonic() >= claim_at:
+                    try:
+                        if self._conn is None:
+                            self._connect()
+                        jobs = self._claim(room)
+                        retry = 0.2
+                    except psycopg.OperationalError as error:
+                        log.warning("worker %s: database unavailable (%s); retrying in %.1fs",
+                                    self.name, _first_line(error), retry)
+                        self._disconnect()
+                        jobs = []
+                        claim_at = time.monotonic() + retry
+                        retry = min(retry * 2, 5.0)
+                    else:
+                        if jobs:
+                            poll = self.poll_min
+                            claim_at = 0.0
+                        else:
+                            claim_at = time.monotonic() + poll
+                            poll = min(poll * 2, self.poll_max)
+                    with self._lock:
+                        self._waiting.extend(jobs)
+                self._start_children()
+            if self._pump(claim_at):
+                claim_at, poll = 0.0, self.poll_min  # woken: a job was enqueued, or one finished
+
+    def _start_children(self) -> None:
+        while len(self._children) < self.concurrency and not self._stopping.is_set():
+            with self._lock:
+                if not self._waiting:
+                    return
+                job = self._waiting.popleft()
+            if job.lost:
+                self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
+                continue
+            if time.monotonic() - job._granted_at > self.lease / 3:
+                # It waited behind others: renew its lease so the full timeout fits.
+                try:
+                    self._heartbeat(job, running=False)
+                except StaleFence as stale:
+                    self._settled(job, "stale", stale)
+                    continue
+                except psycopg.OperationalError:
+                    pass  # the side connection; the job's deadline still holds
+            self._fork(job)
+
+    def _fork(self, job: Job) -> None:
+        read_fd, write_fd = os.pipe()
+        logging_flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            status = 1
+            try:
+                os.close(read_fd)
+                status = self._child_main(job, write_fd)
+            except BaseException:
+                pass
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self._children[pid] = _Child(job, read_fd, job._granted_at + self.timeout)
+
+    def _child_main(self, job: Job, report_fd: int) -> int:
+        """The child: its own connection, the handler, the settle; the outcome to the parent."""
+        _die_with_parent()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # the supervisor decides when to stop
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        _inherited.extend(c for c in (self._conn, self._side) if c is not None)
+        self._conn = self._side = None
+        self._lock = threading.Lock()  # another thread of the parent may have held these
+        self._side_lock = threading.Lock()
+        self._waiting = collections.deque()
+        self._children = {}
+        self._in_child = True
+        self._use_alarm = True
+        self._report_fd = report_fd
+        self.exit_on_hang = False  # the supervisor ends a child that ignores its timeout
+        job._worker = self
+        try:
+            app = f"jobcap job {self.name}"[:63]
+            self._conn = psycopg.connect(self.conninfo, autocommit=False, application_name=app)
+            self._run_one(job)
+        except _ConnectionLost as lost:
+            self._report({"outcome": "lost", "error": str(lost)})
+        except psycopg.OperationalError as error:
+            self._report({"outcome": "lost", "error": str(error)})
+        except BaseException:
+            return 1  # SystemExit or the like: the supervisor records the exit as a crash
+        finally:
+            for c in (self._conn, self._side):
+                if c is not None:
+                    try:
+                        c.close()
+                    except Exception:
+                        pass
+        return 0
+
+    def _report(self, message: dict) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self._report_fd, data):]
+
+    def _pump(self, claim_at: float) -> bool:
+        """Waits for a child's report or exit, a wake-up, stop() or the next claim time; handles
+        what came. True when it is time to claim again at once."""
+        conn = self._conn
+        fds = [self._wake_r] + [c.fd for c in self._children.values()]
+        if conn is not None and not self._stopping.is_set():
+            fds.append(conn.fileno())
+        now = time.monotonic()
+        wait = 0.25
+        if claim_at and not self._stopping.is_set():
+            wait = min(wait, max(claim_at - now, 0))
+        elif not self._children and not self._stopping.is_set():
+            wait = min(wait, 0)
+        for child in self._children.values():
+            wait = min(wait, max(child.deadline + self.grace - now, 0.001))
+        ready, _, _ = select.select(fds, [], [], max(wait, 0))
+        woken = False
+        if self._wake_r in ready:
+            self._drain_wake_pipe()
+        if conn is not None and conn.fileno() in ready:
+            try:
+                conn.pgconn.consume_input()
+                if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                    raise psycopg.OperationalError("the server closed the connection")
+                while True:
+                    note = conn.pgconn.notifies()
+                    if note is None:
+                        break
+                    if note.relname == b"jobcap" and note.extra.decode() == self.queue:
+                        woken = True
+            except psycopg.Error:
+                self._disconnect()
+        for pid, child in list(self._children.items()):
+            if child.fd in ready and self._read_child(child):
+                self._reap_child(pid, child)
+                woken = True
+        now = time.monotonic()
+        for pid, child in self._children.items():
+            if not child.killed and now >= child.deadline + self.grace:
+                log.critical("worker %s: job %d ignored its timeout; killing its process before "
+                             "its lease runs out", self.name, child.job.id)
+                child.killed = True
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        return woken
+
+    def _read_child(self, child: "_Child") -> bool:
+        """Reads what the child wrote; True at end of file (the child is gone)."""
+        ended = False
+        while True:
+            try:
+                chunk = os.read(child.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                ended = True
+                break
+            child.buffer += chunk
+        while b"\n" in child.buffer:
+            line, child.buffer = child.buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if "heartbeat" in message:
+                child.deadline = message["heartbeat"] + self.timeout
+                child.job._granted_at = message["heartbeat"]
+            elif "outcome" in message:
+                child.outcome = message
+        return ended
+
+    def _reap_child(self, pid: int, child: "_Child") -> None:
+        del self._children[pid]
+        os.close(child.fd)
+        _, status = os.waitpid(pid, 0)
+        job = child.job
+        message = child.outcome
+        if message is not None and message["outcome"] != "lost":
+            self._settled(job, message["outcome"], _child_error(job, message))
+            return
+        if message is not None:
+            log.warning("worker %s: job %d lost its connection (%s); it goes back when its "
+                        "lease expires", self.name, job.id, message.get("error"))
+            return
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            text = f"killed by signal {number} ({_signal_name(number)})"
+            if child.killed:
+                text += f": the handler ignored its {self.timeout:g}s timeout"
+        else:
+            text = f"exited with status {os.WEXITSTATUS(status)} without settling the job"
+        self._crash(job, text)
+
+    def _crash(self, job: Job, text: str) -> None:
+        error = HandlerCrashed(text)
+        try:
+            if self._conn is None:
+                self._connect()
+            with translate("crash_job", job.id, job.fence):
+                state = self._conn.execute("SELECT jobcap.crash_job(%s, %s, %s)::text",
+                                           (job.id, job.fence, text)).fetchone()[0]
+            self._conn.commit()
+        except StaleFence as stale:
+            self._rollback_quietly()
+            self._settled(job, "stale", stale)
+            return
+        except psycopg.Error as lost:
+            log.warning("worker %s: could not record the crash of job %d (%s); it goes back "
+                        "when its lease expires", self.name, job.id, _first_line(lost))
+            self._disconnect()
+            return
+        self._settled(job, "retry" if state == "pending" else state, error)
+
+    def _release_waiting(self) -> None:
+        """Gives back the jobs held but not started: pending again, their attempts not counted."""
+        with self._lock:
+            jobs = list(self._waiting)
+            self._waiting.clear()
+        for job in jobs:
+            if job.lost:
+                continue
+            try:
+                if self._conn is None:
+                    self._connect()
+                with translate("release_job", job.id, job.fence):
+                    self._conn.execute("SELECT jobcap.release_job(%s, %s)", (job.id, job.fence))
+                self._conn.commit()
+                self._settled(job, "released", None)
+            except StaleFence as stale:
+                self._rollback_quietly()
+                self._settled(job, "stale", stale)
+            except psycopg.Error as error:
+                log.warning("worker %s: could not release job %d (%s); it goes back when its "
+                            "lease expires", self.name, job.id, _first_line(error))
+                self._disconnect()
+
+    def _rollback_quietly(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.rollback()
+        except psycopg.Error:
+            self._disconnect()
+
+
+class _Child:
+    """A running job's process, as the supervisor sees it."""
+
+    def __init__(self, job: Job, fd: int, deadline: float):
+        self.job = job
+        self.fd = fd
+        self.deadline = deadline
+        self.buffer = b""
+        self.outcome: Optional[dict] = None
+        self.killed = False
+
+
+def _child_error(job: Job, message: dict) -> Optional[BaseException]:
+    text = message.get("error")
+    if text is None:
+        return None
+    if message["outcome"] == "stale":
+        return StaleFence(text.splitlines()[0].removeprefix("StaleFence: "), job_id=job.id, fence=job.fence,
+                          operation=message.get("operation"))
+    if message.get("type") == "JobTimeout":
+        return JobTimeout(text)
+    return HandlerError(text, message.get("type"))
+
+
+class HandlerError(Exception):
+    """An exception a handler raised in its child process, as text (its type's name kept)."""
+
+    def __init__(self, text: str, type_name: Optional[str] = None):
+        super().__init__(text)
+        self.type_name = type_name
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
+
+
+def logging_flush() -> None:
+    for handler in logging.getLogger().handlers + log.handlers:
+        try:
+            handler.flush()
+        except Exception:
+            pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when its supervisor dies, leaving no orphan handler."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _first_line(error: Optional[BaseException]) -> str:

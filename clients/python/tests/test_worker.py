@@ -1,4 +1,5 @@
 """The Python client against a throwaway server: settle, fence, timeouts, wake-ups, signals."""
+import hashlib
 import logging
 import os
 import signal
@@ -47,10 +48,12 @@ def wait_for(predicate, timeout=10.0, interval=0.02):
 
 class Base(unittest.TestCase):
     queue_options = {}
+    isolate = False  # the in-process mode; IsolationTest runs handlers in child processes
 
     def setUp(self):
         self.conn = connect()
-        self.queue = self.id().rsplit(".", 1)[-1][:60]
+        test = self.id().rsplit(".", 1)[-1]
+        self.queue = test[:50] + "_" + hashlib.sha1(self.id().encode()).hexdigest()[:8]
         options = {"max_attempts": 5, "lease": 30, "backoff_base": 0, "backoff_max": 0}
         options.update(self.queue_options)
         jobcap.create_queue(self.conn, self.queue, **options)
@@ -67,6 +70,7 @@ class Base(unittest.TestCase):
     def start(self, handler, **kw):
         kw.setdefault("poll_max", 0.2)
         kw.setdefault("exit_on_hang", False)  # never os._exit the test runner
+        kw.setdefault("isolate", self.isolate)
         worker = jobcap.Worker(server.conninfo, self.queue, handler,
                                on_settled=lambda job, outcome, error:
                                self.outcomes.append((job.id, outcome, error)), **kw)
@@ -407,7 +411,10 @@ class ConnectionLossTest(Base):
 class ProcessTest(Base):
     """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
 
+    isolate_env = "0"  # IsolatedProcessTest runs the same tests with ISOLATE=1
+
     def spawn(self, mode, **env):
+        env.setdefault("ISOLATE", self.isolate_env)
         proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "worker_script.py"), server.conninfo,
              self.queue, mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -464,6 +471,197 @@ class ProcessTest(Base):
                                  " WHERE job_id = %s", (job_id,)).fetchone()[0]
         self.assertEqual((state, attempts, live), ("running", 1, True),
                          "the process died while its lease was still good")
+
+
+def kinds(conn, job_id):
+    return [tuple(r) for r in conn.execute(
+        "SELECT kind, attempt, error FROM jobcap.job_errors WHERE job_id = %s ORDER BY seq",
+        (job_id,))]
+
+
+class IsolationTest(Base):
+    """Handlers in child processes: a crash costs nothing to the other jobs held."""
+    isolate = True
+    queue_options = {"max_attempts": 3}
+
+    def test_a_poison_job_that_sigkills_its_process_dies_alone_at_its_cap(self):
+        def handle(job):
+            if job.payload.get("poison"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        batches = []
+        for b in range(3):  # batches of 5, one poison job in each, in a different place
+            batches.append([self.enqueue({"poison": n == b * 2}) for n in range(5)])
+        poison = [ids[b * 2] for b, ids in enumerate(batches)]
+        innocent = [i for ids in batches for i in ids if i not in poison]
+        self.start(handle, prefetch=4)  # holds up to 5: the batch
+        wait_for(lambda: all(self.job(i)[0] in ("succeeded", "dead") for i in poison + innocent),
+                 timeout=30)
+        for i in poison:
+            self.assertEqual(self.job(i)[:2], ("dead", 3))
+            self.assertEqual(kinds(self.conn, i),
+                             [("crashed", n, "killed by signal 9 (SIGKILL)") for n in (1, 2, 3)])
+            self.assertEqual(self.effects(i), [])
+        for i in innocent:
+            self.assertEqual(self.job(i)[:2], ("succeeded", 1), f"job {i}")
+            self.assertEqual(kinds(self.conn, i), [])
+            self.assertEqual(self.effects(i), [(self.job(i)[2],)])
+        dead = self.conn.execute("SELECT count(*), sum(crashes), sum(errors) FROM jobcap.dead_jobs"
+                                 " WHERE queue = %s", (self.queue,)).fetchone()
+        self.assertEqual(tuple(dead), (3, 9, 0))
+        wait_for(lambda: len([o for o in self.outcomes
+                              if isinstance(o[2], jobcap.HandlerCrashed)]) == 9)
+
+    def test_a_segfault_is_a_crash_and_an_exception_an_error(self):
+        def handle(job):
+            if job.payload["how"] == "segv":
+                import ctypes
+                ctypes.string_at(0)
+            raise ValueError("bad input")
+
+        segv = self.enqueue({"how": "segv"}, max_attempts=1)
+        error = self.enqueue({"how": "raise"}, max_attempts=1)
+        self.start(handle)
+        wait_for(lambda: self.job(segv)[0] == "dead" and self.job(error)[0] == "dead")
+        self.assertEqual(kinds(self.conn, segv), [("crashed", 1, "killed by signal 11 (SIGSEGV)")])
+        (kind, attempt, text), = kinds(self.conn, error)
+        self.assertEqual((kind, attempt), ("error", 1))
+        self.assertTrue(text.startswith("ValueError: bad input"), text)
+
+    def test_writes_commit_with_the_completion_and_stale_fences_hold(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+            if job.attempt == 1:
+                with connect() as other:  # the lease runs out while we work
+                    other.execute("UPDATE jobcap.jobs SET lease_expires_at = now() - "
+                                  "interval '1 second' WHERE job_id = %s", (job.id,))
+                    other.execute("SELECT jobcap.reap_jobs()")
+
+        job_id = self.enqueue()
+        self.start(handle)
+        wait_for(lambda: len(self.outcomes) == 2)
+        self.assertEqual([o[1] for o in self.outcomes], ["stale", "succeeded"], self.outcomes)
+        self.assertIsInstance(self.outcomes[0][2], jobcap.StaleFence)
+        self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
+
+    def test_heartbeats_from_the_child_carry_work_past_the_lease(self):
+        def handle(job):
+            for _ in range(6):
+                time.sleep(0.3)
+                job.heartbeat()
+
+        job_id = self.enqueue()
+        self.start(handle, lease=1.0, timeout=0.6)
+        reaped = []
+        while self.job(job_id)[0] != "succeeded":
+            reaped += self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()").fetchall()
+            time.sleep(0.05)
+        self.assertEqual(reaped, [])
+        wait_for(lambda: self.outcomes)  # the child's report may follow its commit
+        self.assertEqual([o[1] for o in self.outcomes], ["succeeded"])
+
+    def test_the_timeout_interrupts_the_handler_and_a_deaf_one_is_killed_in_its_lease(self):
+        def handle(job):
+            if job.payload["deaf"]:
+                while True:
+                    try:
+                        time.sleep(30)
+                    except BaseException:
+                        pass
+            time.sleep(30)
+
+        polite = self.enqueue({"deaf": False}, max_attempts=1)
+        deaf = self.enqueue({"deaf": True}, max_attempts=1)
+        started = time.monotonic()
+        self.start(handle, lease=3, timeout=0.5, concurrency=2)
+        wait_for(lambda: self.job(polite)[0] == "dead" and self.job(deaf)[0] == "dead")
+        self.assertLess(time.monotonic() - started, 3, "both ended before the lease ran out")
+        self.assertEqual(kinds(self.conn, polite)[0][:2], ("error", 1))
+        self.assertIn("JobTimeout", kinds(self.conn, polite)[0][2])
+        self.assertEqual(kinds(self.conn, deaf),
+                         [("crashed", 1, "killed by signal 9 (SIGKILL): the handler ignored "
+                           "its 0.5s timeout")])
+
+    def test_it_holds_no_more_than_concurrency_plus_prefetch(self):
+        def handle(job):
+            time.sleep(0.2)
+
+        ids = [self.enqueue() for _ in range(8)]
+        self.start(handle, concurrency=2, prefetch=1)
+        most = 0
+        while not all(self.job(i)[0] == "succeeded" for i in ids):
+            held = self.conn.execute("SELECT count(*) FROM jobcap.jobs WHERE queue = %s"
+                                     " AND state = 'running'", (self.queue,)).fetchone()[0]
+            most = max(most, held)
+            time.sleep(0.02)
+        self.assertLessEqual(most, 3)
+        self.assertGreaterEqual(most, 2, "two handlers ran at once")
+        self.assertEqual([self.job(i)[1] for i in ids], [1] * 8)
+
+    def test_a_stopped_worker_releases_what_it_did_not_start(self):
+        started = threading.Event()
+
+        def handle(job):
+            started.set()
+            time.sleep(0.5)
+
+        ids = [self.enqueue() for _ in range(5)]
+        worker = self.start(handle, prefetch=4)
+        wait_for(lambda: self.conn.execute(
+            "SELECT count(*) = 5 FROM jobcap.jobs WHERE queue = %s AND state = 'running'",
+            (self.queue,)).fetchone()[0])
+        time.sleep(0.1)
+        worker.stop()
+        worker_thread = self.threads[-1][1]
+        worker_thread.join(10)
+        states = [self.job(i)[:2] for i in ids]
+        self.assertEqual(states[0], ("succeeded", 1))
+        self.assertEqual(states[1:], [("pending", 0)] * 4)
+        for i in ids[1:]:
+            self.assertEqual([k[:2] for k in kinds(self.conn, i)], [("released", 1)])
+        self.assertEqual(sorted(o[1] for o in self.outcomes), ["released"] * 4 + ["succeeded"])
+
+
+class IsolatedProcessTest(ProcessTest):
+    isolate_env = "1"
+
+    def test_sigterm_during_a_batch_releases_the_unstarted_jobs(self):
+        ids = [self.enqueue() for _ in range(5)]
+        proc = self.spawn("slow", PREFETCH=4)
+        line = ""
+        while not line.startswith("started"):
+            line = proc.stdout.readline()
+            self.assertTrue(line, "the worker exited early")
+        self.assertEqual(line.strip(), f"started {ids[0]}")
+        held = self.conn.execute("SELECT count(*) FROM jobcap.jobs WHERE queue = %s"
+                                 " AND state = 'running'", (self.queue,)).fetchone()[0]
+        self.assertEqual(held, 5, "the batch was held")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertIn("exited cleanly", out)
+        self.assertEqual(self.job(ids[0])[:2], ("succeeded", 1), out)
+        self.assertEqual([self.job(i)[:2] for i in ids[1:]], [("pending", 0)] * 4)
+        self.assertEqual(self.effects(ids[0]), [(self.job(ids[0])[2],)])
+
+    def test_a_handler_that_ignores_its_timeout_ends_the_process_before_the_lease(self):
+        job_id = self.enqueue(max_attempts=1)
+        proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
+        try:
+            wait_for(lambda: self.job(job_id)[0] == "dead", timeout=5)
+            live = self.conn.execute("SELECT finished_at < enqueued_at + interval '3 seconds'"
+                                     " FROM jobcap.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
+            self.assertTrue(live, "the child was ended before the lease ran out")
+            self.assertEqual(proc.poll(), None, "the supervisor lives on")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertIn("ignored its timeout", out)
+        self.assertEqual(self.effects(job_id), [])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A worker process for the tests that need a real main thread and real signals.
 
-usage: worker_script.py CONNINFO QUEUE MODE
+usage: worker_script.py CONNINFO QUEUE MODE   (environment: LEASE, TIMEOUT, ISOLATE=0 for the
+in-process mode, PREFETCH)
   slow     each job writes an effect, then sleeps 1 s (SIGTERM must let it finish)
   sleeper  each job sleeps 30 s (the main thread's timer must interrupt it)
   hang     each job swallows JobTimeout and keeps going (the process must exit, status 70)
@@ -34,5 +35,8 @@ def handle(job: jobcap.Job) -> None:
 
 lease = float(os.environ.get("LEASE", "5"))
 timeout = float(os.environ.get("TIMEOUT", "3"))
-jobcap.Worker(conninfo, queue, handle, lease=lease, timeout=timeout, poll_max=0.2).run()
+isolate = os.environ.get("ISOLATE", "1") == "1"
+prefetch = int(os.environ.get("PREFETCH", "0"))
+jobcap.Worker(conninfo, queue, handle, lease=lease, timeout=timeout, poll_max=0.2,
+              isolate=isolate, prefetch=prefetch).run()
 print("exited cleanly", flush=True)

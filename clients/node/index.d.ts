@@ -1,0 +1,135 @@
+// Type declarations of the jobcap Node client (lib/index.js).
+import type { EventEmitter } from 'node:events';
+import type { ClientConfig, ClientBase, Pool, QueryResult, QueryResultRow } from 'pg';
+
+/** Anything with node-postgres's query(): a Client, a PoolClient or a Pool. */
+export type Queryable = Pick<ClientBase, 'query'> | Pool;
+
+/** The states of a job (jobcap.job_state). */
+export type JobState = 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
+
+/** How an attempt ended, as the 'settled' event reports it. */
+export type Outcome = 'succeeded' | 'retry' | 'dead' | 'stale' | 'released';
+
+/** A claimed job, as the handler sees it. */
+export interface Job<P = any> {
+  readonly id: number;
+  /** The lease generation: hand [id, fence] downstream as an idempotency key. */
+  readonly fence: number;
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly payload: P;
+  leaseExpiresAt: Date;
+  /** The connection with the job's transaction open: its writes commit with complete_job. */
+  readonly client: ClientBase;
+  /** Aborts at the deadline (in-process handlers; an isolated one is killed). */
+  readonly signal: AbortSignal;
+  /** True when a failure now makes the job dead. */
+  readonly lastAttempt: boolean;
+  /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
+  output: unknown;
+  /** Runs a statement in the job's transaction. */
+  query<R extends QueryResultRow = any>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  /** Throws StaleFenceError unless the lease is current; holds the job row to commit. */
+  assertFence(): Promise<void>;
+  /** Extends the lease (and the deadline) from now; throws StaleFenceError if it is gone. */
+  heartbeat(): Promise<Date>;
+}
+
+export type Handler<P = any> = (job: Job<P>) => unknown | Promise<unknown>;
+
+export interface Logger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+export interface WorkerOptions<P = any> {
+  /** A connection string or a node-postgres client configuration (JSON-serialisable when the
+   * handler is isolated: it is passed to the handler processes). */
+  connection: string | ClientConfig;
+  queue: string;
+  /** A module path: isolated, each running job in a child process of its own (the module
+   * exports the handler: module.exports = async (job) => ..., or exports.handler). A function:
+   * in-process, not isolated from the worker or its other jobs. */
+  handler: string | Handler<P>;
+  name?: string;
+  /** Handlers running at once (default 1). */
+  concurrency?: number;
+  /** Jobs claimed beyond those running (default 0): at most concurrency + prefetch held. */
+  prefetch?: number;
+  /** Lease in ms (default 60000). */
+  lease?: number;
+  /** Handler deadline in ms, shorter than the lease (default 0.8 x lease). */
+  timeout?: number;
+  pollMin?: number;
+  pollMax?: number;
+  /** In-process: a watchdog thread kills the process when a handler blocks the event loop. */
+  exitOnHang?: boolean;
+  logger?: Logger;
+}
+
+export declare class Worker<P = any> extends EventEmitter {
+  constructor(options: WorkerOptions<P>);
+  readonly queue: string;
+  readonly name: string;
+  readonly concurrency: number;
+  readonly prefetch: number;
+  readonly isolated: boolean;
+  readonly stopping: boolean;
+  /** The loop; resolves once stopped. Takes SIGTERM and SIGINT as stop() unless told not to. */
+  run(options?: { handleSignals?: boolean }): Promise<void>;
+  /** Releases the jobs not started, lets the running ones finish; resolves when run() has. */
+  stop(): Promise<void>;
+  on(event: 'settled', listener: (job: Job<P>, outcome: Outcome, error: Error | null) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+export declare const STALE_FENCE: 'JC001';
+export declare class JobcapError extends Error {}
+export declare class StaleFenceError extends JobcapError {
+  constructor(message: string, options?: { jobId?: number; fence?: number; operation?: string;
+    detail?: string; cause?: unknown });
+  readonly code: 'JC001';
+  readonly jobId?: number;
+  readonly fence?: number;
+  readonly operation?: string;
+  readonly detail?: string;
+}
+export declare class JobTimeoutError extends JobcapError {}
+/** A handler's process died without settling its job; recorded with jobcap.crash_job. */
+export declare class HandlerCrashedError extends JobcapError {}
+/** An error an isolated handler threw, as text. */
+export declare class HandlerError extends JobcapError {
+  readonly errorName?: string;
+}
+export declare function isStale(err: unknown): boolean;
+export declare function translate(err: unknown, operation?: string, jobId?: number, fence?: number): unknown;
+export declare function isConnectionError(err: unknown): boolean;
+
+export declare function interval(ms: number | null | undefined): string | null;
+export declare function createQueue(db: Queryable, queue: string, options?: {
+  maxAttempts?: number | null; lease?: number; backoffBase?: number; backoffMax?: number;
+  notify?: boolean; maxRunning?: number | null }): Promise<void>;
+/** Changes a queue's cap on jobs running at once; null removes it. */
+export declare function setMaxRunning(db: Queryable, queue: string, maxRunning: number | null): Promise<void>;
+export declare function pauseQueue(db: Queryable, queue: string): Promise<boolean>;
+export declare function resumeQueue(db: Queryable, queue: string): Promise<boolean>;
+/** Creates or replaces a periodic job (five-field cron, UTC); resolves to its next slot. */
+export declare function scheduleJob(db: Queryable, name: string, cron: string, queue: string,
+  payload?: unknown, options?: { priority?: number; maxAttempts?: number | null }): Promise<Date>;
+export declare function unscheduleJob(db: Queryable, name: string): Promise<boolean>;
+export declare function enqueue(db: Queryable, queue: string, payload?: unknown, options?: {
+  runAt?: Date | null; priority?: number; maxAttempts?: number | null;
+  dedupeKey?: string | null }): Promise<number>;
+export declare function complete(db: Queryable, jobId: number, fence: number,
+  output?: unknown): Promise<JobState>;
+export declare function fail(db: Queryable, jobId: number, fence: number, error: string,
+  retryIn?: number | null): Promise<JobState>;
+export declare function heartbeat(db: Queryable, jobId: number, fence: number,
+  extend?: number | null): Promise<Date>;
+export declare function assertFence(db: Queryable, jobId: number, fence: number): Promise<void>;
+/** Gives back a job whose handler never started (only then: see README). */
+export declare function release(db: Queryable, jobId: number, fence: number): Promise<JobState>;
+/** Ends an attempt whose handler's process died, as a crash. */
+export declare function crash(db: Queryable, jobId: number, fence: number, error: string): Promise<JobState>;
