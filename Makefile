@@ -23,12 +23,12 @@ DATA = $(wildcard $(srcdir)/sql/jobcap--*.sql)
 # Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
 # test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
-          stats stats_scale no_preload privileges hijack hostile_input install hot
+          stats stats_scale no_preload privileges hijack hostile_input install hot adapters
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
             assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
-            refresh_race stats_late_commit
+            refresh_race stats_late_commit notify_retry
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1

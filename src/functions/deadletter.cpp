@@ -69,7 +69,8 @@ Statement requeue_dead = {
     "          AND o.state IN ('pending', 'running', 'dead'))"
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"
     JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8")
-    " SELECT count(*)::int FROM requeued",
+    " SELECT count(*)::int,"
+    "   coalesce((SELECT notify FROM jobcap.queues WHERE queue = $1), false) FROM requeued",
     9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
         TIMESTAMPTZOID, TEXTOID},
     nullptr};
@@ -189,7 +190,11 @@ JOBCAP_FUNCTION(jobcap_requeue_dead)
         check_queue(values[0]);
         run(requeue_dead, values, nulls, SPI_OK_SELECT);
         int32 requeued = DatumGetInt32(column(0, 1));
+        bool wake = requeued > 0 && DatumGetBool(column(0, 2));
         finish(access);
+        // Requeued jobs wake the queue's listeners as an enqueue does (sent at commit).
+        if (wake)
+            Async_Notify("jobcap", TextDatumGetCString(values[0]));
         PG_RETURN_INT32(requeued);
     });
 }

@@ -30,7 +30,7 @@ Statement requeue = {
     "          AND o.state IN ('pending', 'running', 'dead'))"
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $5 AS worker),"
     JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$2", "$4")
-    " SELECT job_id FROM requeued",
+    " SELECT r.job_id, q.notify, r.queue FROM requeued r JOIN jobcap.queues q ON q.queue = r.queue",
     5, {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID}, nullptr};
 
 Statement job_exists = {"SELECT FROM jobcap.jobs WHERE job_id = $1", 1, {INT8OID}, nullptr};
@@ -85,6 +85,13 @@ JOBCAP_FUNCTION(jobcap_requeue_job)
 
         connect(access);
         bool requeued = run(requeue, values, nulls, SPI_OK_SELECT) > 0;
+        // A requeued job wakes the queue's listeners as an enqueue does (sent at commit).
+        char* wake = nullptr;
+        if (requeued && DatumGetBool(column(0, 2))) {
+            text* queue = DatumGetTextPP(column(0, 3));
+            wake = static_cast<char*>(SPI_palloc(VARSIZE_ANY_EXHDR(queue) + 1));
+            text_to_cstring_buffer(queue, wake, VARSIZE_ANY_EXHDR(queue) + 1);
+        }
         if (!requeued) {
             if (run(why_not_requeued, values, nullptr, SPI_OK_SELECT) == 0)
                 raise_unknown_job(job_id);
@@ -100,6 +107,8 @@ JOBCAP_FUNCTION(jobcap_requeue_job)
                                         static_cast<long long>(DatumGetInt64(holder)))));
         }
         finish(access);
+        if (wake != nullptr)
+            Async_Notify("jobcap", wake);
         PG_RETURN_BOOL(requeued);
     });
 }

@@ -36,7 +36,8 @@ Statement fail = {
     "   AND " JOBCAP_MAY_WORK("$6", "j.queue")
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("failed", "'error'", "$3", "$5")
-    " SELECT state FROM failed",
+    " SELECT f.state, f.state = 'pending' AND q.notify, f.queue"
+    "   FROM failed f JOIN jobcap.queues q ON q.queue = f.queue",
     6, {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, nullptr, false,
     true};
 
@@ -132,8 +133,21 @@ JOBCAP_FUNCTION(jobcap_fail_job)
                            retry_in, TimestampTzGetDatum(GetCurrentTimestamp()),
                            caller_param(access, &nulls[5])};
 
-        return compare_and_swap(access, statements::fail, "fail_job", job_id, fence, values, nulls,
-                                SPI_OK_SELECT);
+        // A retry wakes the queue's listeners as an enqueue does (the NOTIFY is sent at commit).
+        connect(access);
+        if (run(statements::fail, values, nulls, SPI_OK_SELECT) == 0)
+            raise_not_current(access, "fail_job", job_id, fence);
+        Datum state = column(0, 1);
+        char* wake = nullptr;
+        if (DatumGetBool(column(0, 2))) {
+            text* queue = DatumGetTextPP(column(0, 3));
+            wake = static_cast<char*>(SPI_palloc(VARSIZE_ANY_EXHDR(queue) + 1));
+            text_to_cstring_buffer(queue, wake, VARSIZE_ANY_EXHDR(queue) + 1);
+        }
+        finish(access);
+        if (wake != nullptr)
+            Async_Notify("jobcap", wake);
+        return state;
     });
 }
 
