@@ -334,11 +334,33 @@ class Channel(virtual.Channel):
 
     # --- get --------------------------------------------------------------------------------------
 
+    def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
+        if no_ack:
+            raise ValueError("jobcap: consuming with no_ack would complete each job before it "
+                             "runs; consume with acknowledgements (Celery: task_acks_late=True)")
+        app = _celery_worker_app()
+        if app is not None:
+            wrong = _wrong_settings(app.conf)
+            if wrong:
+                raise RuntimeError("jobcap: Celery settings that would turn failures into "
+                                   "successes or lose attempts: " + "; ".join(wrong))
+        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
     def _get(self, queue, timeout=None):
-        row = self._execute(CLAIM, (queue, self._worker,
-                                    _interval(self.visibility_timeout))).fetchone()
-        if row is None:
-            raise Empty()
+        while True:
+            row = self._execute(CLAIM, (queue, self._worker,
+                                        _interval(self.visibility_timeout))).fetchone()
+            if row is None:
+                raise Empty()
+            wrong = _wrong_task_settings(row[4])
+            if not wrong:
+                return self._deliver_row(queue, row)
+            reason = "refused by the jobcap transport: " + "; ".join(wrong)
+            log.error("job %s: %s", row[0], reason)
+            _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                    (row[0], row[1], reason))
+
+    def _deliver_row(self, queue, row):
         job_id, fence, attempt, max_attempts, payload = row
         message = payload
         headers = message.setdefault("headers", {}) or {}
@@ -405,6 +427,43 @@ def _eta(headers: dict) -> Optional[dt.datetime]:
     if eta.tzinfo is None:
         eta = eta.replace(tzinfo=dt.timezone.utc)
     return eta
+
+
+def _celery_worker_app():
+    """The Celery app of this process when it runs a worker, else None."""
+    import sys
+    if "celery.apps.worker" not in sys.modules:   # imported by `celery worker` only
+        return None
+    from celery._state import get_current_app
+    return get_current_app()
+
+
+_REQUIRED = (("task_acks_late", True, "a task acked before it runs is completed before it "
+              "runs"),
+             ("task_reject_on_worker_lost", True, "a task whose process died would be acked, "
+              "and completed"),
+             ("task_acks_on_failure_or_timeout", False, "a failed or timed-out task would be "
+              "acked, and completed as succeeded"))
+
+
+def _wrong_settings(conf) -> list:
+    return [f"{name} must be {want} ({why})" for name, want, why in _REQUIRED
+            if bool(conf.get(name)) != want]
+
+
+def _wrong_task_settings(payload) -> list:
+    """Per-task overrides of the required settings, for the task named in a message."""
+    app = _celery_worker_app()
+    if app is None:
+        return []
+    name = ((payload or {}).get("headers") or {}).get("task")
+    task = app.tasks.get(name) if name else None
+    if task is None:
+        return []
+    attrs = {"task_acks_late": "acks_late", "task_reject_on_worker_lost": "reject_on_worker_lost",
+             "task_acks_on_failure_or_timeout": "acks_on_failure_or_timeout"}
+    return [f"task {name}: {attrs[n]} must be {want} ({why})" for n, want, why in _REQUIRED
+            if bool(getattr(task, attrs[n], None)) != want]
 
 
 def _current_task_request():
