@@ -104,6 +104,7 @@ class _Heartbeats:
         self.pid = os.getpid()
         self.thread: Optional[threading.Thread] = None
         self.conns: Dict[str, psycopg.Connection] = {}
+        self.wake = threading.Event()
 
     def add(self, tag: str, held: _Held) -> None:
         with self.lock:
@@ -113,6 +114,8 @@ class _Heartbeats:
                 self.pid = os.getpid()
                 self.thread = None
             self.held[tag] = held
+            if len(self.held) == 1:   # the thread may be waiting idle: start the clock now
+                self.wake.set()
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="jobcap-heartbeat",
                                                daemon=True)
@@ -134,7 +137,11 @@ class _Heartbeats:
         while True:
             with self.lock:
                 items = list(self.held.items())
-            period = min([h.lease for _, h in items] or [30.0]) / 3
+            if not items:
+                self.wake.wait(5.0)
+                self.wake.clear()
+                continue
+            period = min(h.lease for _, h in items) / 3
             for tag, h in items:
                 try:
                     self._conn(h.conninfo).execute("SELECT jobcap.heartbeat(%s, %s)",
@@ -149,7 +156,8 @@ class _Heartbeats:
                         conn = self.conns.pop(h.conninfo, None)
                         if conn is not None:
                             conn.close()
-            time.sleep(max(period, 0.05))
+            self.wake.wait(max(period, 0.05))
+            self.wake.clear()
 
 
 _heartbeats = _Heartbeats()
@@ -405,8 +413,8 @@ class Channel(virtual.Channel):
         except psycopg.Error as error:
             if not _is_stale(error):
                 raise
-            log.warning("job %s: not given up, fence %s is no longer current",
-                        held.job_id, held.fence)
+            log.info("job %s: not given up, fence %s is no longer current (the task's own "
+                     "failure report ended it, or its lease lapsed)", held.job_id, held.fence)
 
     def _lapse(self, delivery_tag, why):
         held = _heartbeats.pop(delivery_tag)
@@ -521,9 +529,45 @@ def _conninfo_of(client) -> str:
     return psycopg.conninfo.make_conninfo(**parts)
 
 
+def _on_task_failure(sender=None, exception=None, **kwargs):
+    """Celery's task_failure, in the process that ran the task: give up with the error's text.
+
+    Celery then rejects the message without requeue; the job is dead already, so that reject
+    finds a stale fence and changes nothing. Without this the reason would only say "rejected".
+    """
+    request = getattr(sender, "request", None)
+    if request is None or getattr(request, "jobcap_job_id", None) is None:
+        return
+    try:
+        with sender.app.connection_for_write() as connection:
+            conninfo = getattr(connection.transport, "conninfo", None)
+    except Exception:   # not our transport after all, or no app: Celery's reject decides
+        return
+    if not conninfo:
+        return
+    reason = f"{type(exception).__name__}: {exception}"
+    try:
+        _settle(conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                (*fence_of(request), reason))
+    except psycopg.Error as error:
+        if not _is_stale(error):
+            log.warning("job %s: could not record its failure: %s", request.jobcap_job_id,
+                        error)
+
+
+def _connect_celery_signals() -> None:
+    try:
+        from celery import signals
+    except ImportError:
+        return
+    signals.task_failure.connect(_on_task_failure, weak=False,
+                                 dispatch_uid="jobcap.contrib.kombu.task_failure")
+
+
 def register(alias: str = "jobcap") -> None:
     """Lets ``broker_url='jobcap://...'`` find this transport (done on import)."""
     TRANSPORT_ALIASES.setdefault(alias, "jobcap.contrib.kombu:Transport")
 
 
 register()
+_connect_celery_signals()

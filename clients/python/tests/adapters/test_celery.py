@@ -133,7 +133,7 @@ class CeleryWorkerTest(unittest.TestCase):
         # A task that raises is a failure in Celery: never completed as succeeded. With
         # task_acks_on_failure_or_timeout=False Celery rejects it: dead now, the reason kept.
         self.assertEqual(state(job_id), ("dead", 1, 1))
-        self.assertEqual(history(job_id), [(1, "error", "rejected without requeue")])
+        self.assertEqual(history(job_id), [(1, "error", "ValueError: cannot process x")])
 
     def test_retry_is_a_counted_failure(self):
         job_id = self.settled(celery_app.flaky.delay("eventually", 3))
