@@ -42,9 +42,6 @@ import datetime as dt
 import logging
 import os
 import threading
-import time
-import uuid
-import weakref
 from queue import Empty
 from typing import Any, Dict, Optional, Tuple
 

@@ -1,0 +1,16 @@
+"""pytest plugin for running Django-Q's own suite on jobcap (loaded with -p djq_plugin).
+
+Django-Q's tests mark themselves ``django_db``: each runs inside a transaction that is rolled
+back at its end. jobcap's broker enqueues in the caller's transaction (as it must) but claims
+on its own autocommit connection (claims refuse savepoints), which cannot see a task enqueued
+by a transaction that has not committed. So the tests run as ``django_db(transaction=True)``:
+the same tests, committing as a real application does, with the tables flushed afterwards.
+"""
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and not marker.kwargs.get("transaction"):
+            item.add_marker(pytest.mark.django_db(transaction=True), append=False)
