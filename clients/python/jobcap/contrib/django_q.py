@@ -29,7 +29,9 @@ What each broker call does in jobcap:
 * a task Django-Q's guard kills on ``timeout`` (or whose worker dies) is never acknowledged:
   its lease lapses after ``retry`` seconds and the reaper counts the attempt (history:
   lease_expired), so a task that always times out dies at its cap.
-* ``fail`` (a package whose signature does not verify) and ``delete``: ``give_up_job``.
+* ``fail`` (a package whose signature does not verify) and ``delete``: ``give_up_job`` of a
+  claimed job; a job id returned by ``enqueue`` (not claimed) is cancelled (``cancel_job``, an
+  operator's function).
 * ``queue_size``/``lock_size``: ``queue_depth``; ``purge_queue``/``delete_queue``:
   ``purge_pending`` (pending jobs only; the queue itself stays).
 """
@@ -204,12 +206,19 @@ class Broker(BaseBroker):
         return str(task.result)[:2000]
 
     def fail(self, task_id):
-        job_id, fence, _, _ = _parse(task_id)
-        self._give_up(job_id, fence, "django-q could not unpack the task (bad signature)")
+        self._end(task_id, "django-q could not unpack the task (bad signature)")
 
     def delete(self, task_id):
-        job_id, fence, _, _ = _parse(task_id)
-        self._give_up(job_id, fence, "deleted by django-q")
+        self._end(task_id, "deleted by django-q")
+
+    def _end(self, task_id, reason):
+        """An ack id (a claimed job) is given up; a bare job id (what enqueue returned, a job
+        not claimed) is cancelled, which needs an operator's role."""
+        if ":" in str(task_id):
+            job_id, fence, _, _ = _parse(task_id)
+            self._give_up(job_id, fence, reason)
+        else:
+            self._run("SELECT jobcap.cancel_job(%s)", (int(task_id),))
 
     def _give_up(self, job_id, fence, reason):
         try:

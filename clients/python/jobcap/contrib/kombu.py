@@ -400,7 +400,8 @@ class Channel(virtual.Channel):
                         "retried, gave up, or its lease lapsed and it belongs to another "
                         "worker)", held.job_id, held.fence)
 
-    def _give_up(self, delivery_tag, reason="rejected without requeue"):
+    def _give_up(self, delivery_tag, reason="rejected without requeue (Celery: the task failed "
+                                             "or exceeded its hard time limit)"):
         held = _heartbeats.pop(delivery_tag)
         if held is None:
             return

@@ -1,8 +1,8 @@
 """Django settings for running Django-Q's own test suite, and the admin page's test, on jobcap.
 
 The database is the throwaway server of the test run ($JOBCAP_TEST_HOST/_PORT); Django-Q's
-broker is jobcap's, and the cache (cluster statistics, cached results) is Django's database
-cache, which every process of a cluster shares (the suite's own settings use Redis).
+broker is jobcap's, and the cache (cluster statistics, cached results) is Django's file cache,
+which every process of a cluster shares (the suite's own settings use Redis).
 """
 import os
 
@@ -48,8 +48,8 @@ DATABASES = {
         "PORT": os.environ.get("JOBCAP_TEST_PORT", "5432"),
     }
 }
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
-                      "LOCATION": "jobcap_test_cache"}}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                      "LOCATION": os.environ.get("JOBCAP_TEST_CACHE_DIR", "/tmp/jobcap-test-cache")}}
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

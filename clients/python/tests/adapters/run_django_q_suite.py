@@ -6,6 +6,7 @@ broker on a throwaway server: test_cluster.py and test_brokers.py.
 Prints pytest's summary with the reason of every skip (-rs) and exits with pytest's status.
 """
 import os
+import signal
 import subprocess
 import sys
 
@@ -16,14 +17,16 @@ FILES = ["test_cluster.py", "test_brokers.py"]
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the server on the way out
     server = start_server(**{"jobcap.database": "'*'"})
     try:
-        env = dict(os.environ,
+        cache = os.path.join(server.dir, "cache")
+        env = dict(os.environ, JOBCAP_TEST_CACHE_DIR=cache,
                    PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", ".."), HERE]),
                    DJANGO_SETTINGS_MODULE="djq_settings", JOBCAP_TEST_HOST=server.dir,
                    JOBCAP_TEST_PORT=str(server.port))
         cmd = [sys.executable, "-m", "pytest", "-p", "djq_plugin", "-p", "no:cacheprovider",
-               "-rs", "-q", "--rootdir", SUITE, *sys.argv[1:],
+               "-rs", "-v", "-o", "faulthandler_timeout=120", "--rootdir", SUITE, *sys.argv[1:],
                *[os.path.join(SUITE, f) for f in FILES]]
         return subprocess.run(cmd, cwd=HERE, env=env).returncode
     finally:

@@ -54,10 +54,10 @@ class AdminBrowserTest(unittest.TestCase):
         cls.env = dict(os.environ,
                        PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", ".."), HERE]),
                        DJANGO_SETTINGS_MODULE="djq_settings", JOBCAP_TEST_HOST=server.dir,
-                       JOBCAP_TEST_PORT=str(server.port), JOBCAP_TEST_URLCONF="admin_urls")
+                       JOBCAP_TEST_PORT=str(server.port), JOBCAP_TEST_URLCONF="admin_urls",
+                       JOBCAP_TEST_CACHE_DIR=os.path.join(server.dir, "cache"))
         manage = [sys.executable, "-m", "django"]
         subprocess.run(manage + ["migrate", "-v", "0"], cwd=HERE, env=cls.env, check=True)
-        subprocess.run(manage + ["createcachetable"], cwd=HERE, env=cls.env, check=True)
         subprocess.run(manage + ["shell", "-c",
                                  "from django.contrib.auth.models import User;"
                                  "User.objects.create_superuser('ops', 'ops@example.com', 'pw-ops-1');"

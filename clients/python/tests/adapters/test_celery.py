@@ -151,9 +151,11 @@ class CeleryWorkerTest(unittest.TestCase):
                              (job_id,)), [(0,)])
 
     def test_time_limit_exceeded(self):
+        # Celery kills the pool process and reports TimeLimitExceeded, a final failure: dead now,
+        # never completed; the history says why.
         job_id = self.settled(celery_app.slow.delay("stuck"), timeout=30)
-        self.assertEqual(state(job_id)[0], "dead")
-        self.assertEqual(state(job_id)[1], 1)
+        self.assertEqual(state(job_id), ("dead", 1, 1))
+        self.assertIn("time limit", history(job_id)[-1][2])
 
     def test_child_sigkilled_every_attempt_dies_at_its_cap(self):
         job_id = self.settled(celery_app.suicide.delay("corrupt.mp4"), timeout=60)
