@@ -73,3 +73,10 @@ Q_CLUSTER = {
     "poll": 0.1,
     "jobcap": {"max_attempts": 5, "backoff_base": 0, "backoff_max": 0},
 }
+
+if os.environ.get("JOBCAP_TEST_Q_CLUSTER") == "cluster":
+    # The cluster test: short leases. Django-Q's guard kills a task after 2 s, its lease (retry)
+    # lapses after 4 s; Django-Q's own max_attempts is set, to show it cannot turn a failure
+    # into a success.
+    Q_CLUSTER.update(timeout=2, retry=4, workers=2, max_attempts=2,
+                     jobcap={"max_attempts": 3, "backoff_base": 0, "backoff_max": 0})
