@@ -55,6 +55,10 @@ from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.django_q")
 
+# Connections a forked process inherited: never used there, and never finalized (closing one
+# would end the parent's session on the shared socket).
+_INHERITED: List[psycopg.Connection] = []
+
 CLAIM = ("SELECT job_id, fence, payload FROM jobcap.claim_job(%s, %s, %s, %s)")
 
 
@@ -97,6 +101,7 @@ class Broker(BaseBroker):
         check_settings()
         self.alias = options().get("database", "default")
         self._claim_conn: Optional[psycopg.Connection] = None
+        self._claim_pid = 0
         self._created = set()
         super().__init__(list_key=list_key)
 
@@ -106,6 +111,7 @@ class Broker(BaseBroker):
     def __setstate__(self, state):
         self.list_key, self._info, self.alias = state
         self._claim_conn = None
+        self._claim_pid = 0
         self._created = set()
         self.connection = self.get_connection(self.list_key)
         self.cache = self.get_cache()
@@ -117,10 +123,19 @@ class Broker(BaseBroker):
         return None   # connections are opened when used (the broker is pickled between processes)
 
     def _own(self) -> psycopg.Connection:
-        """The broker's autocommit connection: claims and settles commit at once."""
+        """The broker's autocommit connection: claims and settles commit at once.
+
+        Django-Q forks its pusher and monitor with this object: a child must not use (or
+        close) the parent's connection, so it opens its own and keeps the inherited one
+        referenced, unused, for as long as it lives.
+        """
+        if self._claim_conn is not None and self._claim_pid != os.getpid():
+            _INHERITED.append(self._claim_conn)
+            self._claim_conn = None
         if self._claim_conn is None or self._claim_conn.closed:
             self._claim_conn = psycopg.connect(conninfo_of(self.alias), autocommit=True,
                                                application_name="jobcap django-q")
+            self._claim_pid = os.getpid()
         return self._claim_conn
 
     def _run(self, query: str, params: tuple = ()):

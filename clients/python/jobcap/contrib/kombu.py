@@ -107,6 +107,7 @@ class _Heartbeats:
         with self.lock:
             if self.pid != os.getpid():   # forked: the parent's messages are not ours
                 self.held.clear()
+                _INHERITED.extend(self.conns.values())
                 self.conns = {}
                 self.pid = os.getpid()
                 self.thread = None
@@ -158,6 +159,10 @@ class _Heartbeats:
 
 
 _heartbeats = _Heartbeats()
+
+# Connections a forked process inherited (Celery's prefork pool): never used there, and never
+# finalized, since closing one would end the parent's session on the shared socket.
+_INHERITED: list = []
 
 # Connections of this process by conninfo, for settling from any channel (also a closed one:
 # Celery acks a task that finished after its channel was replaced).
@@ -229,7 +234,10 @@ class Channel(virtual.Channel):
     # --- the connection -----------------------------------------------------------------------
 
     def _db(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed or self._conn_pid != os.getpid():
+        if self._conn is not None and self._conn_pid != os.getpid():
+            _INHERITED.append(self._conn)    # the parent's: never used nor closed here
+            self._conn = None
+        if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self._conninfo, autocommit=True,
                                          application_name=f"jobcap kombu {self._worker}"[:63])
             self._conn_pid = os.getpid()
@@ -247,8 +255,11 @@ class Channel(virtual.Channel):
     def close(self):
         super().close()
         conn, self._conn = self._conn, None
-        if conn is not None and self._conn_pid == os.getpid():
-            conn.close()
+        if conn is not None:
+            if self._conn_pid == os.getpid():
+                conn.close()
+            else:
+                _INHERITED.append(conn)
 
     # --- queues ---------------------------------------------------------------------------------
 
