@@ -14,8 +14,9 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Debian packages the tests need. Installed when missing and we are root; otherwise named.
 jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
-                python3-psycopg python3-celery python3-kombu python3-django python3-django-q
-                python3-psycopg2 python3-pytest python3-pytest-django chromium chromium-driver python3-selenium)
+                python3-psycopg clang-format python3-celery python3-kombu python3-django
+                python3-django-q python3-psycopg2 python3-pytest python3-pytest-django chromium
+                chromium-driver python3-selenium)
     local missing=()
     # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
     command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
@@ -83,13 +84,13 @@ node_modules() {
     return 1
 }
 
-# A python3 that has psycopg (Debian's python3-psycopg): the system one when PATH leads elsewhere.
+# A python3 that has psycopg (Debian's python3-psycopg clang-format): the system one when PATH leads elsewhere.
 fuzz_python() {
     local p
     for p in python3 /usr/bin/python3; do
         as_tester "$p" -c 'import psycopg' 2>/dev/null && { echo "$p"; return 0; }
     done
-    die "no python3 with psycopg (apt-get install python3-psycopg)"
+    die "no python3 with psycopg (apt-get install python3-psycopg clang-format)"
 }
 
 # The system's pg_config, found before jobcap_tmp_install puts its private copy first on PATH
