@@ -3,7 +3,8 @@ broker on a throwaway server: test_cluster.py and test_brokers.py.
 
     python3 run_django_q_suite.py [pytest arguments]
 
-Prints pytest's summary with the reason of every skip (-rs) and exits with pytest's status.
+Prints pytest's summary with the reason of every skip and expected failure (-rsx, see
+djq_plugin.py) and exits with pytest's status.
 """
 import os
 import signal
@@ -26,7 +27,7 @@ def main() -> int:
                    DJANGO_SETTINGS_MODULE="djq_settings", JOBCAP_TEST_HOST=server.dir,
                    JOBCAP_TEST_PORT=str(server.port))
         cmd = [sys.executable, "-m", "pytest", "-p", "djq_plugin", "-p", "no:cacheprovider",
-               "-rs", "-v", "-o", "faulthandler_timeout=120", "--rootdir", SUITE, *sys.argv[1:],
+               "-rsx", "-v", "-o", "faulthandler_timeout=120", "--rootdir", SUITE, *sys.argv[1:],
                *[os.path.join(SUITE, f) for f in FILES]]
         return subprocess.run(cmd, cwd=HERE, env=env).returncode
     finally:
