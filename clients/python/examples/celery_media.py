@@ -30,6 +30,7 @@ app.conf.update(
     worker_enable_remote_control=False,
     worker_prefetch_multiplier=1,
     task_default_queue="decode",
+    worker_lost_wait=1,   # report a killed pool process after 1 s (10 s by default)
 )
 
 
