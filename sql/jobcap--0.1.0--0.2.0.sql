@@ -343,6 +343,30 @@ COMMENT ON VIEW jobcap.schedules IS
 
 -- What the Celery and Django-Q adapters call.
 
+CREATE FUNCTION jobcap.give_up_job(job_id bigint, fence bigint, reason text)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_give_up_job';
+COMMENT ON FUNCTION jobcap.give_up_job(bigint, bigint, text) IS
+    'A worker ends its running job now: dead at once, its budget set to the attempts counted (this one was the last), the reason kept in its history; a stale fence raises JC001.';
+
+CREATE FUNCTION jobcap.queue_depth(queue text)
+RETURNS TABLE (ready bigint, scheduled bigint, running bigint)
+LANGUAGE C STABLE ROWS 1
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_queue_depth';
+COMMENT ON FUNCTION jobcap.queue_depth(text) IS
+    'Jobs of a queue the caller may work: pending and due (ready), pending for later (scheduled), and running.';
+
+CREATE FUNCTION jobcap.purge_pending(queue text, max_jobs integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_purge_pending';
+COMMENT ON FUNCTION jobcap.purge_pending(text, integer) IS
+    'Deletes up to max_jobs pending jobs of a queue with their history, oldest first; returns how many. Call again until it returns less than max_jobs.';
+
 -- The hot path's tables and indexes.
 
 -- Smaller holes: intervals added to a time, dead_jobs' payload.
@@ -414,6 +438,19 @@ SELECT j.job_id, j.queue, j.attempts,
  WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
 
 -- Privileges of the objects above (the same policy as 0.1.0: PUBLIC gets nothing).
+REVOKE ALL ON FUNCTION
+    jobcap.give_up_job(bigint, bigint, text),
+    jobcap.queue_depth(text),
+    jobcap.purge_pending(text, integer)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    jobcap.give_up_job(bigint, bigint, text),
+    jobcap.queue_depth(text)
+TO jobcap_worker;
+GRANT EXECUTE ON FUNCTION
+    jobcap.queue_depth(text),
+    jobcap.purge_pending(text, integer)
+TO jobcap_operator;
 REVOKE ALL ON FUNCTION jobcap.restore_stats_progress(), jobcap.before_drop_extension() FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobcap.release_job(bigint, bigint), jobcap.crash_job(bigint, bigint, text)
     FROM PUBLIC;

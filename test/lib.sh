@@ -15,7 +15,9 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 jobcap_deps() {
     local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
                 python3-psycopg python3-venv python3-pip python3-setuptools python3-wheel
-                clang-format)
+                clang-format python3-celery python3-kombu python3-django python3-django-q
+                python3-psycopg2 python3-pytest python3-pytest-django chromium chromium-driver
+                python3-selenium)
     local missing=()
     # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
     command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)

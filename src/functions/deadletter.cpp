@@ -88,7 +88,9 @@ JOBCAP_STATEMENT(top_failing_jobs_0_1, TOP_FAILING_JOBS(JOBCAP_CAP_0_1),
     "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"                           \
     "          AND o.state IN ('pending', 'running', 'dead'))"                                     \
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"                           \
-    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8") " SELECT count(*)::int FROM requeued"
+    JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8")                                      \
+    " SELECT count(*)::int,"                                                                       \
+    "   coalesce((SELECT notify FROM jobcap.queues WHERE queue = $1), false) FROM requeued"
 
 JOBCAP_STATEMENT(requeue_dead, REQUEUE_DEAD(" cap_epoch = q.cap_epoch,"),
                  {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
@@ -197,7 +199,11 @@ JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
     check_queue_exists(p.values[0]);
     execute(schema_is_0_2() ? requeue_dead : requeue_dead_0_1, p, SPI_OK_SELECT);
     int32 requeued = DatumGetInt32(result_column(0, 1));
+    bool wake = requeued > 0 && DatumGetBool(result_column(0, 2));
     spi_close(access);
+    // Requeued jobs wake the queue's listeners as an enqueue does (sent at commit).
+    if (wake)
+        Async_Notify("jobcap", TextDatumGetCString(p.values[0]));
     PG_RETURN_INT32(requeued);
 }
 

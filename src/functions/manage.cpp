@@ -36,7 +36,9 @@ JOBCAP_STATEMENT(
     "          AND o.dedupe_key = j.dedupe_key AND o.job_id <> j.job_id"                           \
     "          AND o.state IN ('pending', 'running', 'dead'))"                                     \
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $5 AS worker)," JOBCAP_HISTORY_CTES(      \
-        "requeued", "'requeued'", "$2", "$4") " SELECT job_id FROM requeued"
+        "requeued", "'requeued'", "$2",                                                            \
+        "$4") " SELECT r.job_id, q.notify, r.queue FROM requeued r"                                \
+              " JOIN jobcap.queues q ON q.queue = r.queue"
 
 JOBCAP_STATEMENT(requeue_job, REQUEUE_JOB(" cap_epoch = q.cap_epoch,"),
                  {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
@@ -99,6 +101,14 @@ JOBCAP_FUNCTION(requeue_job, Duty::operator_)
 
     spi_open(access);
     bool requeued = execute(schema_is_0_2() ? requeue_job : requeue_job_0_1, p, SPI_OK_SELECT) > 0;
+    // A requeued job wakes the queue's listeners as an enqueue does (sent at commit); the name
+    // is copied out of SPI's memory to outlive spi_close().
+    char* wake = nullptr;
+    if (requeued && DatumGetBool(result_column(0, 2))) {
+        text* queue = DatumGetTextPP(result_column(0, 3));
+        wake = static_cast<char*>(SPI_palloc(VARSIZE_ANY_EXHDR(queue) + 1));
+        text_to_cstring_buffer(queue, wake, VARSIZE_ANY_EXHDR(queue) + 1);
+    }
     if (!requeued) {
         if (execute(why_not_requeued, job, SPI_OK_SELECT) == 0)
             raise_unknown_job(job_id);
@@ -114,5 +124,7 @@ JOBCAP_FUNCTION(requeue_job, Duty::operator_)
                                     static_cast<long long>(DatumGetInt64(holder)))));
     }
     spi_close(access);
+    if (wake != nullptr)
+        Async_Notify("jobcap", wake);
     PG_RETURN_BOOL(requeued);
 }

@@ -38,7 +38,8 @@ JOBCAP_STATEMENT(
 // The attempt that just failed was the last when attempts has reached the cap (CAP: the cap of
 // job j joined with queue q, spi/cap.hpp): the claim counted it already. fail_job and crash_job
 // differ only in the history row's KIND. $4 = retry_in (NULL: the queue's backoff), $5 = now,
-// $6 = caller.
+// $6 = caller. Returns the new state, whether to wake the queue's listeners (a retry on a queue
+// with notify on), and the queue.
 #define FAIL_THE_ATTEMPT(KIND, CAP)                                                                \
     "WITH failed AS (UPDATE jobcap.jobs j"                                                         \
     "   SET state = CASE WHEN j.attempts >= " CAP                                                  \
@@ -53,7 +54,9 @@ JOBCAP_STATEMENT(
     " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"          \
     "   AND " JOBCAP_MAY_WORK("$6", "j.queue")                                                     \
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"                       \
-    JOBCAP_HISTORY_CTES("failed", KIND, "$3", "$5") " SELECT state FROM failed"
+    JOBCAP_HISTORY_CTES("failed", KIND, "$3", "$5")                                                \
+    " SELECT f.state, f.state = 'pending' AND q.notify, f.queue"                                   \
+    "   FROM failed f JOIN jobcap.queues q ON q.queue = f.queue"
 
 JOBCAP_STATEMENT(fail_job, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
@@ -142,6 +145,15 @@ JOBCAP_STATEMENT(assert_fence,
 
 namespace {
 
+// A text result as a C string allocated outside SPI's memory, so it outlives spi_close().
+char* spi_copy_cstring(Datum value)
+{
+    text* t = DatumGetTextPP(value);
+    char* copy = static_cast<char*>(SPI_palloc(VARSIZE_ANY_EXHDR(t) + 1));
+    text_to_cstring_buffer(t, copy, VARSIZE_ANY_EXHDR(t) + 1);
+    return copy;
+}
+
 // Runs one fenced compare-and-swap as the tables' owner and returns its single result column
 // (passed by value: a state, a timestamp), or raises the stale-fence error when it matched no
 // row. assert_fence's statement returns no column: its result is (Datum) 0.
@@ -179,6 +191,23 @@ Datum kept_outputs(ArrayType* outputs, int count)
     int lbs[1] = {1};
     return PointerGetDatum(
         construct_md_array(elems, nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+}
+
+// fail_job and crash_job: the fenced compare-and-swap of a failed attempt; a retry wakes the
+// queue's listeners as an enqueue does (the NOTIFY is sent at commit).
+Datum fail_attempt(Access& access, Statement& s, const char* function, int64 job_id, int64 fence,
+                   const Params& p)
+{
+    spi_open(access);
+    if (execute(s, p, SPI_OK_SELECT) == 0)
+        raise_not_current(access, function, job_id, fence);
+    Datum state = result_column(0, 1);
+    char* wake =
+        DatumGetBool(result_column(0, 2)) ? spi_copy_cstring(result_column(0, 3)) : nullptr;
+    spi_close(access);
+    if (wake != nullptr)
+        Async_Notify("jobcap", wake);
+    return state;
 }
 
 }  // namespace
@@ -219,9 +248,8 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     else
         p.add(kept_text(PG_GETARG_TEXT_PP(2)));
     p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return compare_and_swap(access,
-                            schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
-                            function, job_id, fence, p, SPI_OK_SELECT);
+    return fail_attempt(access, schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
+                        function, job_id, fence, p);
 }
 
 JOBCAP_FUNCTION(crash_job, Duty::worker)
@@ -236,8 +264,7 @@ JOBCAP_FUNCTION(crash_job, Duty::worker)
         p.add(kept_text(PG_GETARG_TEXT_PP(2)));
     // No retry_in: a crash waits out the queue's backoff.
     p.add((Datum) 0, true).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return compare_and_swap(access, statements::crash_job, function, job_id, fence, p,
-                            SPI_OK_SELECT);
+    return fail_attempt(access, statements::crash_job, function, job_id, fence, p);
 }
 
 JOBCAP_FUNCTION(release_job, Duty::worker)

@@ -1,0 +1,1 @@
+"""Adapters for frameworks that run jobs: Celery (kombu) and Django-Q."""

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class JobcapAdminConfig(AppConfig):
+    name = "jobcap.contrib.admin"
+    label = "jobcap_admin"
+    verbose_name = "jobcap"

@@ -1,0 +1,279 @@
+"""A Django-Q broker whose queue is a jobcap queue.
+
+    Q_CLUSTER = {
+        "name": "app",
+        "broker_class": "jobcap.contrib.django_q.Broker",
+        "timeout": 600,          # Django-Q's guard kills a task running longer than this
+        "retry": 900,            # the lease: must outlast timeout (Django-Q checks it too)
+        "ack_failures": True,    # report failures at once (counted errors, with their text)
+        "max_attempts": 0,       # the cap is jobcap's: the "jobcap" options below
+        "jobcap": {"max_attempts": 10, "backoff_base": 30, "backoff_max": 3600},
+    }
+
+What each broker call does in jobcap:
+
+* ``enqueue``: ``enqueue_job`` on Django's own database connection, so it joins the caller's
+  transaction (``transaction.atomic``): the task exists if and only if the caller's writes
+  commit.
+* ``dequeue``: ``claim_job`` of up to ``bulk`` jobs on the broker's own autocommit connection
+  (a claim must commit before work starts; it refuses to run inside a savepoint), with
+  ``retry`` seconds as the lease. The ack id carries the job, its fence and when it was
+  claimed.
+* ``acknowledge``: Django-Q acknowledges successes, and failures too with ``ack_failures`` or
+  once its own ``max_attempts`` is reached. The broker reads the task's result row
+  (``django_q.models.Task``): a failure recorded by this attempt becomes ``fail_job`` with the
+  result text (counted, retried after the queue's backoff, dead at the cap); anything else is
+  ``complete_job``. A failure is never completed as a success, whatever ``ack_failures`` and
+  ``max_attempts`` say, and a second acknowledgement of the same attempt finds a stale fence and
+  changes nothing.
+* a task Django-Q's guard kills on ``timeout`` (or whose worker dies) is never acknowledged:
+  its lease lapses after ``retry`` seconds and the reaper counts the attempt (history:
+  lease_expired), so a task that always times out dies at its cap.
+* ``fail`` (a package whose signature does not verify) and ``delete``: ``give_up_job`` of a
+  claimed job; a job id returned by ``enqueue`` (not claimed) is cancelled (``cancel_job``, an
+  operator's function).
+* ``queue_size``/``lock_size``: ``queue_depth``; ``purge_queue``/``delete_queue``:
+  ``purge_pending`` (pending jobs only; the queue itself stays).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import time
+from typing import List, Optional, Tuple
+
+import psycopg
+
+from django.conf import settings
+from django.db import connections
+from django_q.brokers import Broker as BaseBroker
+from django_q.conf import Conf
+
+from ..errors import STALE_FENCE
+
+log = logging.getLogger("jobcap.django_q")
+
+# Connections a forked process inherited: never used there, and never finalized (closing one
+# would end the parent's session on the shared socket).
+_INHERITED: List[psycopg.Connection] = []
+
+CLAIM = ("SELECT job_id, fence, payload FROM jobcap.claim_job(%s, %s, %s, %s)")
+
+
+def options() -> dict:
+    return dict(getattr(settings, "Q_CLUSTER", {}).get("jobcap", {}))
+
+
+def _interval(seconds) -> Optional[dt.timedelta]:
+    return None if seconds is None else dt.timedelta(seconds=float(seconds))
+
+
+def conninfo_of(alias: str) -> str:
+    """A libpq conninfo for one of Django's database aliases."""
+    explicit = options().get("conninfo")
+    if explicit:
+        return explicit
+    s = connections.databases[alias]
+    parts = {"dbname": s.get("NAME"), "user": s.get("USER"), "password": s.get("PASSWORD"),
+             "host": s.get("HOST"), "port": str(s["PORT"]) if s.get("PORT") else None}
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v})
+
+
+def check_settings() -> None:
+    """Refuses the Q_CLUSTER settings that would lose attempts (raises ImproperlyConfigured)."""
+    from django.core.exceptions import ImproperlyConfigured
+    if Conf.TIMEOUT and Conf.RETRY and Conf.TIMEOUT >= Conf.RETRY:
+        raise ImproperlyConfigured(
+            f"jobcap: Q_CLUSTER timeout ({Conf.TIMEOUT}s) must be shorter than retry "
+            f"({Conf.RETRY}s), the lease: a task still running when its lease lapses would run "
+            "twice")
+    if Conf.SYNC:
+        raise ImproperlyConfigured("jobcap: Q_CLUSTER sync runs tasks without the broker; "
+                                   "use it only in tests that do not need jobcap")
+
+
+class Broker(BaseBroker):
+    """Django-Q's broker_class on jobcap (see the module's documentation)."""
+
+    def __init__(self, list_key: str = Conf.PREFIX):
+        check_settings()
+        self.alias = options().get("database", "default")
+        self._claim_conn: Optional[psycopg.Connection] = None
+        self._claim_pid = 0
+        self._created = set()
+        super().__init__(list_key=list_key)
+
+    def __getstate__(self):
+        return self.list_key, self._info, self.alias
+
+    def __setstate__(self, state):
+        self.list_key, self._info, self.alias = state
+        self._claim_conn = None
+        self._claim_pid = 0
+        self._created = set()
+        self.connection = self.get_connection(self.list_key)
+        self.cache = self.get_cache()
+
+    # --- connections ----------------------------------------------------------------------------
+
+    @staticmethod
+    def get_connection(list_key: str = Conf.PREFIX):
+        return None   # connections are opened when used (the broker is pickled between processes)
+
+    def _own(self) -> psycopg.Connection:
+        """The broker's autocommit connection: claims and settles commit at once.
+
+        Django-Q forks its pusher and monitor with this object: a child must not use (or
+        close) the parent's connection, so it opens its own and keeps the inherited one
+        referenced, unused, for as long as it lives.
+        """
+        if self._claim_conn is not None and self._claim_pid != os.getpid():
+            _INHERITED.append(self._claim_conn)
+            self._claim_conn = None
+        if self._claim_conn is None or self._claim_conn.closed:
+            self._claim_conn = psycopg.connect(conninfo_of(self.alias), autocommit=True,
+                                               application_name="jobcap django-q")
+            self._claim_pid = os.getpid()
+        return self._claim_conn
+
+    def _run(self, query: str, params: tuple = ()):
+        try:
+            return self._own().execute(query, params)
+        except psycopg.OperationalError:
+            conn, self._claim_conn = self._claim_conn, None
+            if conn is not None:
+                conn.close()
+            raise
+
+    def _ensure_queue(self) -> None:
+        if self.list_key in self._created or options().get("create_queues") is False:
+            return
+        o = options()
+        try:
+            self._run("SELECT jobcap.create_queue(%s, %s, %s, %s, %s)",
+                      (self.list_key, o.get("max_attempts"), _interval(Conf.RETRY),
+                       _interval(o.get("backoff_base", 10)), _interval(o.get("backoff_max", 3600))))
+        except (psycopg.errors.DuplicateObject, psycopg.errors.InsufficientPrivilege):
+            pass
+        self._created.add(self.list_key)
+
+    # --- the broker -----------------------------------------------------------------------------
+
+    def info(self) -> str:
+        if not self._info:
+            self._info = f"jobcap {self.alias}"
+        return self._info
+
+    def ping(self) -> bool:
+        self._run("SELECT 1")
+        return True
+
+    def enqueue(self, task: str):
+        self._ensure_queue()
+        with connections[self.alias].cursor() as cursor:   # the caller's transaction
+            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb)",
+                           (self.list_key, json.dumps({"package": task})))
+            return cursor.fetchone()[0]
+
+    def dequeue(self) -> Optional[List[Tuple[str, str]]]:
+        self._ensure_queue()
+        worker = f"django-q {Conf.PREFIX}:{os.getpid()}"
+        claimed_at = time.time()
+        rows = self._run(CLAIM, (self.list_key, worker, max(int(Conf.BULK or 1), 1),
+                                 _interval(Conf.RETRY))).fetchall()
+        if rows:
+            return [(f"{job_id}:{fence}:{claimed_at:.6f}:{_task_id_of(payload['package'])}",
+                      payload["package"]) for job_id, fence, payload in rows]
+        time.sleep(Conf.POLL)
+        return None
+
+    def acknowledge(self, task_id):
+        job_id, fence, claimed_at, q_task_id = _parse(task_id)
+        failure = self._failure_of(q_task_id, claimed_at)
+        try:
+            if failure is None:
+                self._run("SELECT jobcap.complete_job(%s, %s)", (job_id, fence))
+            else:
+                self._run("SELECT jobcap.fail_job(%s, %s, %s)", (job_id, fence, failure))
+        except psycopg.Error as error:
+            if getattr(error, "sqlstate", None) != STALE_FENCE:
+                raise
+            log.info("job %s: fence %s no longer current (acknowledged twice, or its lease "
+                     "lapsed): nothing changed", job_id, fence)
+
+    def _failure_of(self, task_id: str, claimed_at: float) -> Optional[str]:
+        """The error text when Django-Q recorded this attempt as failed, else None.
+
+        Django-Q saves a failure's result row (``Task``) before it acknowledges; a success may
+        go unsaved (``save=False``), so a failed row counts only when this attempt wrote it.
+        """
+        from django_q.models import Task
+        if not task_id:
+            return None
+        task = Task.objects.using(self.alias).filter(id=task_id).only(
+            "success", "stopped", "result").first()
+        if task is None or task.success:
+            return None
+        if task.stopped is None or task.stopped.timestamp() < claimed_at:
+            return None     # a failure of an earlier attempt; this one succeeded unsaved
+        return str(task.result)[:2000]
+
+    def fail(self, task_id):
+        self._end(task_id, "django-q could not unpack the task (bad signature)")
+
+    def delete(self, task_id):
+        self._end(task_id, "deleted by django-q")
+
+    def _end(self, task_id, reason):
+        """An ack id (a claimed job) is given up; a bare job id (what enqueue returned, a job
+        not claimed) is cancelled, which needs an operator's role."""
+        if ":" in str(task_id):
+            job_id, fence, _, _ = _parse(task_id)
+            self._give_up(job_id, fence, reason)
+        else:
+            self._run("SELECT jobcap.cancel_job(%s)", (int(task_id),))
+
+    def _give_up(self, job_id, fence, reason):
+        try:
+            self._run("SELECT jobcap.give_up_job(%s, %s, %s)", (job_id, fence, reason))
+        except psycopg.Error as error:
+            if getattr(error, "sqlstate", None) != STALE_FENCE:
+                raise
+
+    def queue_size(self) -> int:
+        self._ensure_queue()
+        return self._run("SELECT ready FROM jobcap.queue_depth(%s)",
+                         (self.list_key,)).fetchone()[0]
+
+    def lock_size(self) -> int:
+        self._ensure_queue()
+        return self._run("SELECT running FROM jobcap.queue_depth(%s)",
+                         (self.list_key,)).fetchone()[0]
+
+    def purge_queue(self):
+        self._ensure_queue()
+        total = 0
+        while True:
+            n = self._run("SELECT jobcap.purge_pending(%s, 1000)",
+                          (self.list_key,)).fetchone()[0]
+            total += n
+            if n < 1000:
+                return total
+
+    def delete_queue(self):
+        return self.purge_queue()
+
+
+def _task_id_of(package: str) -> str:
+    from django_q.signing import BadSignature, SignedPackage
+    try:
+        return str(SignedPackage.loads(package).get("id", ""))
+    except (BadSignature, TypeError, ValueError):
+        return ""   # the pusher finds it out too, and calls fail()
+
+
+def _parse(ack_id) -> Tuple[int, int, float, str]:
+    job_id, fence, claimed_at, task_id = str(ack_id).split(":", 3)
+    return int(job_id), int(fence), float(claimed_at), task_id

@@ -1,0 +1,582 @@
+"""A kombu virtual transport whose messages are jobcap jobs: Celery on jobcap.
+
+    app = Celery("media", broker_url="jobcap://postgres@/app",
+                 broker_transport="jobcap.contrib.kombu:Transport",
+                 broker_transport_options={"visibility_timeout": 300, "max_attempts": 5},
+                 task_acks_late=True, task_reject_on_worker_lost=True,
+                 task_acks_on_failure_or_timeout=False,
+                 worker_enable_remote_control=False)
+
+A kombu queue is a jobcap queue (created on declaration when the role may, with the transport
+options' max_attempts, visibility_timeout as its lease and backoff). What each kombu operation
+does in jobcap:
+
+* publish (``_put``): ``enqueue_job``. kombu's priority (higher is more important) becomes
+  jobcap's (lower is claimed first) negated; Celery's ``eta``/``countdown`` become ``run_at``,
+  so a delayed task is not held unacked by a worker until its time.
+* get (``_get``): ``claim_job``, committed before the message is handed over, with the
+  visibility timeout as the lease. The claim counts the attempt (a SIGKILL cannot lose it) and
+  refuses a job at its cap. The message's headers gain ``jobcap_job_id``, ``jobcap_fence``,
+  ``jobcap_attempt`` and ``jobcap_max_attempts`` (a Celery task reads them as
+  ``self.request.jobcap_fence``, see :func:`fence_of`), and Celery's ``retries`` header is set
+  to the attempts already counted.
+* ack: ``complete_job`` with the fence. A stale fence (the lease lapsed and another worker has
+  the job, or the task retried) is logged and dropped, never turned into a success.
+* reject(requeue=False): ``give_up_job`` -- dead at once, the reason kept in its history.
+* reject(requeue=True), ``message.requeue()``, ``recover`` and ``restore_unacked`` (warm
+  shutdown, lost connection): nothing is re-published. The transport stops extending the lease
+  and lets it lapse; the claim has counted the attempt already, and the reaper returns the job to
+  pending (history: lease_expired) or, at its cap, makes it dead. A copy with a fresh budget is
+  never created.
+* unacked messages of a live process have their leases extended by a heartbeat thread every
+  third of the visibility timeout.
+* Celery's ``self.retry()``: inside a task holding a jobcap job, the retry message is not
+  published. It becomes ``fail_job`` on the job being run, with the countdown/eta as
+  ``retry_in``: a counted failure, so retries end at the queue's cap (the job goes dead) whatever
+  ``max_retries`` says, and Celery sees the counted attempts as ``request.retries``. A retry that
+  changes the task's arguments is refused (the job's payload is the message).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+from queue import Empty
+from typing import Any, Dict, Optional, Tuple
+
+import psycopg
+from psycopg.types.json import Jsonb
+from kombu.transport import TRANSPORT_ALIASES, virtual
+from kombu.utils.json import dumps as kombu_dumps, loads as kombu_loads
+
+from ..errors import STALE_FENCE
+
+log = logging.getLogger("jobcap.kombu")
+
+#: Headers the transport adds to each delivered message.
+JOB_HEADERS = ("jobcap_job_id", "jobcap_fence", "jobcap_attempt", "jobcap_max_attempts")
+
+CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload"
+         " FROM jobcap.claim_job(%s, %s, 1, %s)")
+
+
+def fence_of(request: Any) -> Tuple[int, int]:
+    """(job_id, fence) of the jobcap job behind a Celery task's request (``self.request``).
+
+    Use them with :func:`jobcap.assert_fence` in the transaction that writes the task's
+    effects: the writes then commit only while the task's lease is current.
+    """
+    job_id = getattr(request, "jobcap_job_id", None)
+    fence = getattr(request, "jobcap_fence", None)
+    if job_id is None or fence is None:
+        raise LookupError("this task was not delivered by the jobcap transport")
+    return int(job_id), int(fence)
+
+
+def _interval(seconds: Optional[float]) -> Optional[dt.timedelta]:
+    return None if seconds is None else dt.timedelta(seconds=float(seconds))
+
+
+def _is_stale(error: BaseException) -> bool:
+    return getattr(error, "sqlstate", None) == STALE_FENCE
+
+
+class _Held:
+    """A delivered, unsettled message: its job, fence and where to reach the database."""
+
+    __slots__ = ("job_id", "fence", "queue", "conninfo", "lease")
+
+    def __init__(self, job_id: int, fence: int, queue: str, conninfo: str, lease: float):
+        self.job_id, self.fence, self.queue = job_id, fence, queue
+        self.conninfo, self.lease = conninfo, lease
+
+
+class _Heartbeats:
+    """One thread per process extending the leases of every held message of that process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: Dict[str, _Held] = {}
+        self.pid = os.getpid()
+        self.thread: Optional[threading.Thread] = None
+        self.conns: Dict[str, psycopg.Connection] = {}
+        self.wake = threading.Event()
+
+    def add(self, tag: str, held: _Held) -> None:
+        with self.lock:
+            if self.pid != os.getpid():   # forked: the parent's messages are not ours
+                self.held.clear()
+                _INHERITED.extend(self.conns.values())
+                self.conns = {}
+                self.pid = os.getpid()
+                self.thread = None
+            self.held[tag] = held
+            if len(self.held) == 1:   # the thread may be waiting idle: start the clock now
+                self.wake.set()
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="jobcap-heartbeat",
+                                               daemon=True)
+                self.thread.start()
+
+    def pop(self, tag: str) -> Optional[_Held]:
+        with self.lock:
+            return self.held.pop(tag, None)
+
+    def _conn(self, conninfo: str) -> psycopg.Connection:
+        conn = self.conns.get(conninfo)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(conninfo, autocommit=True,
+                                   application_name="jobcap kombu heartbeat")
+            self.conns[conninfo] = conn
+        return conn
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                items = list(self.held.items())
+            if not items:
+                self.wake.wait(5.0)
+                self.wake.clear()
+                continue
+            period = min(h.lease for _, h in items) / 3
+            for tag, h in items:
+                try:
+                    self._conn(h.conninfo).execute("SELECT jobcap.heartbeat(%s, %s)",
+                                                   (h.job_id, h.fence))
+                except psycopg.Error as error:
+                    if _is_stale(error):
+                        log.warning("job %s: lease lost (fence %s no longer current)",
+                                    h.job_id, h.fence)
+                        self.pop(tag)
+                    else:
+                        log.warning("heartbeat of job %s failed: %s", h.job_id, error)
+                        conn = self.conns.pop(h.conninfo, None)
+                        if conn is not None:
+                            conn.close()
+            self.wake.wait(max(period, 0.05))
+            self.wake.clear()
+
+
+_heartbeats = _Heartbeats()
+
+# Connections a forked process inherited (Celery's prefork pool): never used there, and never
+# finalized, since closing one would end the parent's session on the shared socket.
+_INHERITED: list = []
+
+# Connections of this process by conninfo, for settling from any channel (also a closed one:
+# Celery acks a task that finished after its channel was replaced).
+_settle_lock = threading.Lock()
+_settle_conns: Dict[Tuple[int, str], psycopg.Connection] = {}
+
+
+def _settle(conninfo: str, query: str, params: tuple):
+    """Runs one settling statement, reconnecting once if the connection broke."""
+    key = (os.getpid(), conninfo)
+    for attempt in (1, 2):
+        with _settle_lock:
+            conn = _settle_conns.get(key)
+            if conn is None or conn.closed:
+                conn = psycopg.connect(conninfo, autocommit=True,
+                                       application_name="jobcap kombu settle")
+                _settle_conns[key] = conn
+            try:
+                return conn.execute(query, params).fetchone()
+            except psycopg.OperationalError:
+                _settle_conns.pop(key, None)
+                conn.close()
+                if attempt == 2:
+                    raise
+
+
+class QoS(virtual.QoS):
+    """Unacked messages are never re-published: their leases lapse and the reaper counts them."""
+
+    def reject(self, delivery_tag, requeue=False):
+        if requeue:
+            self.channel._lapse(delivery_tag, "rejected with requeue")
+        else:
+            self.channel._give_up(delivery_tag)
+        self._quick_ack(delivery_tag)
+
+    def restore_unacked(self):
+        self._flush()
+        while self._delivered:
+            tag, _ = self._delivered.popitem()
+            self.channel._lapse(tag, "restored (not acked)")
+        self._delivered.clear()
+        return []
+
+
+class Channel(virtual.Channel):
+    QoS = QoS
+    do_restore = True
+    from_transport_options = virtual.Channel.from_transport_options + (
+        "visibility_timeout", "max_attempts", "backoff_base", "backoff_max", "conninfo",
+        "worker_name", "create_queues", "notify")
+    visibility_timeout = 300.0
+    max_attempts = None
+    backoff_base = 10.0
+    backoff_max = 3600.0
+    conninfo = None
+    worker_name = None
+    create_queues = True
+    notify = False
+
+    def __init__(self, connection, **kwargs):
+        super().__init__(connection, **kwargs)
+        self._conninfo = self.conninfo or self.connection.conninfo
+        self._conn: Optional[psycopg.Connection] = None
+        self._conn_pid = 0
+        self._known_queues = set()
+        self._worker = self.worker_name or f"{os.uname().nodename}:{os.getpid()}"
+
+    # --- the connection -----------------------------------------------------------------------
+
+    def _db(self) -> psycopg.Connection:
+        if self._conn is not None and self._conn_pid != os.getpid():
+            _INHERITED.append(self._conn)    # the parent's: never used nor closed here
+            self._conn = None
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True,
+                                         application_name=f"jobcap kombu {self._worker}"[:63])
+            self._conn_pid = os.getpid()
+        return self._conn
+
+    def _execute(self, query: str, params: tuple = ()):
+        try:
+            return self._db().execute(query, params)
+        except psycopg.OperationalError:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+            raise
+
+    def close(self):
+        super().close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            if self._conn_pid == os.getpid():
+                conn.close()
+            else:
+                _INHERITED.append(conn)
+
+    # --- queues ---------------------------------------------------------------------------------
+
+    def _new_queue(self, queue, **kwargs):
+        if queue in self._known_queues or not self.create_queues:
+            return
+        try:
+            self._execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s)",
+                          (queue, self.max_attempts, _interval(self.visibility_timeout),
+                           _interval(self.backoff_base), _interval(self.backoff_max),
+                           bool(self.notify)))
+        except (psycopg.errors.DuplicateObject, psycopg.errors.InsufficientPrivilege):
+            pass  # it exists, or an operator creates queues: enqueue says if it is missing
+        self._known_queues.add(queue)
+
+    def _has_queue(self, queue, **kwargs):
+        try:
+            self._execute("SELECT jobcap.queue_depth(%s)", (queue,))
+            return True
+        except psycopg.errors.UndefinedObject:
+            return False
+
+    def _size(self, queue):
+        return self._execute("SELECT ready FROM jobcap.queue_depth(%s)", (queue,)).fetchone()[0]
+
+    def _purge(self, queue):
+        total = 0
+        while True:
+            n = self._execute("SELECT jobcap.purge_pending(%s, 1000)", (queue,)).fetchone()[0]
+            total += n
+            if n < 1000:
+                return total
+
+    def _delete(self, queue, *args, **kwargs):
+        # Dropping a jobcap queue loses its history: that is an operator's decision, not a side
+        # effect of a consumer's queue_delete.
+        pass
+
+    def _lookup(self, exchange, routing_key, default=None):
+        # Direct routing needs no binding table shared between processes: an undeclared binding
+        # routes to the queue named by the routing key.
+        try:
+            found = self.typeof(exchange).lookup(self.get_table(exchange), exchange,
+                                                 routing_key, None) if exchange else []
+        except KeyError:
+            found = []
+        return found or [routing_key or default or self.deadletter_queue]
+
+    # --- publish ----------------------------------------------------------------------------------
+
+    def _put(self, queue, message, **kwargs):
+        headers = message.get("headers") or {}
+        current = _current_task_request()
+        if current is not None and headers.get("id") and headers.get("id") == getattr(
+                current, "id", None) and getattr(current, "jobcap_job_id", None) is not None:
+            return self._retry_current(current, message, headers)
+        props = message.get("properties") or {}
+        priority = -int(props.get("priority") or 0)
+        run_at = _eta(headers)
+        payload = kombu_loads(kombu_dumps(message))
+        for key in JOB_HEADERS:
+            (payload.get("headers") or {}).pop(key, None)
+        self._new_queue(queue)
+        self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s)",
+                      (queue, Jsonb(payload), run_at, priority))
+
+    def _retry_current(self, request, message, headers):
+        """self.retry() of the task this process runs: a counted failure of the same job."""
+        job_id, fence = fence_of(request)
+        props = message.get("properties") or {}
+        try:
+            args, kwargs = kombu_loads(self.decode_body(message.get("body"),
+                                                        props.get("body_encoding")))[:2]
+        except (TypeError, ValueError, KeyError):
+            args, kwargs = None, None
+        if args is not None and (list(args) != list(request.args or ())
+                                 or dict(kwargs) != dict(request.kwargs or {})):
+            raise ValueError("a task on jobcap cannot retry with other arguments: the job's "
+                             "payload is the message (enqueue a new task instead)")
+        run_at = _eta(headers)
+        retry_in = 0.0
+        if run_at is not None:
+            retry_in = max((run_at - dt.datetime.now(dt.timezone.utc)).total_seconds(), 0.0)
+        reason = f"retry requested by the task (celery retries={headers.get('retries')})"
+        state = _settle(self._conninfo, "SELECT jobcap.fail_job(%s, %s, %s, %s)::text",
+                        (job_id, fence, reason, dt.timedelta(seconds=retry_in)))[0]
+        log.info("job %s: retry counted as a failure, now %s", job_id, state)
+
+    # --- get --------------------------------------------------------------------------------------
+
+    def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
+        if no_ack:
+            raise ValueError("jobcap: consuming with no_ack would complete each job before it "
+                             "runs; consume with acknowledgements (Celery: task_acks_late=True)")
+        app = _celery_worker_app()
+        if app is not None:
+            wrong = _wrong_settings(app.conf)
+            if wrong:
+                raise RuntimeError("jobcap: Celery settings that would turn failures into "
+                                   "successes or lose attempts: " + "; ".join(wrong))
+        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
+    def _get(self, queue, timeout=None):
+        while True:
+            row = self._execute(CLAIM, (queue, self._worker,
+                                        _interval(self.visibility_timeout))).fetchone()
+            if row is None:
+                raise Empty()
+            wrong = _wrong_task_settings(row[4])
+            if not wrong:
+                return self._deliver_row(queue, row)
+            reason = "refused by the jobcap transport: " + "; ".join(wrong)
+            log.error("job %s: %s", row[0], reason)
+            _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                    (row[0], row[1], reason))
+
+    def _deliver_row(self, queue, row):
+        job_id, fence, attempt, max_attempts, payload = row
+        message = payload
+        headers = message.setdefault("headers", {}) or {}
+        message["headers"] = headers
+        props = message.setdefault("properties", {})
+        tag = f"{job_id}.{fence}"
+        props["delivery_tag"] = tag
+        props.setdefault("delivery_info", {})
+        headers.update(jobcap_job_id=job_id, jobcap_fence=fence, jobcap_attempt=attempt,
+                       jobcap_max_attempts=max_attempts)
+        if "retries" in headers:      # Celery's count of earlier attempts: jobcap's counter
+            headers["retries"] = attempt - 1
+        message["redelivered"] = attempt > 1
+        _heartbeats.add(tag, _Held(job_id, fence, queue, self._conninfo,
+                                   float(self.visibility_timeout)))
+        return message
+
+    # --- settle -----------------------------------------------------------------------------------
+
+    def basic_ack(self, delivery_tag, multiple=False):
+        held = _heartbeats.pop(delivery_tag)
+        super().basic_ack(delivery_tag, multiple)
+        if held is None:
+            return
+        try:
+            _settle(held.conninfo, "SELECT jobcap.complete_job(%s, %s)::text",
+                    (held.job_id, held.fence))
+        except psycopg.Error as error:
+            if not _is_stale(error):
+                raise
+            log.warning("job %s: not completed, fence %s is no longer current (the task "
+                        "retried, gave up, or its lease lapsed and it belongs to another "
+                        "worker)", held.job_id, held.fence)
+
+    def _give_up(self, delivery_tag, reason="rejected without requeue (Celery: the task failed "
+                                             "or exceeded its hard time limit)"):
+        held = _heartbeats.pop(delivery_tag)
+        if held is None:
+            return
+        try:
+            _settle(held.conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                    (held.job_id, held.fence, reason))
+        except psycopg.Error as error:
+            if not _is_stale(error):
+                raise
+            log.info("job %s: not given up, fence %s is no longer current (the task's own "
+                     "failure report ended it, or its lease lapsed)", held.job_id, held.fence)
+
+    def _lapse(self, delivery_tag, why):
+        held = _heartbeats.pop(delivery_tag)
+        if held is not None:
+            log.info("job %s (%s): its lease lapses and the reaper counts the attempt",
+                     held.job_id, why)
+
+    def basic_recover(self, requeue=False):
+        return self.qos.restore_unacked()
+
+
+def _eta(headers: dict) -> Optional[dt.datetime]:
+    eta = headers.get("eta")
+    if not eta:
+        return None
+    if isinstance(eta, str):
+        eta = dt.datetime.fromisoformat(eta)
+    if eta.tzinfo is None:
+        eta = eta.replace(tzinfo=dt.timezone.utc)
+    return eta
+
+
+def _celery_worker_app():
+    """The Celery app of this process when it runs a worker, else None."""
+    import sys
+    if "celery.apps.worker" not in sys.modules:   # imported by `celery worker` only
+        return None
+    from celery._state import get_current_app
+    return get_current_app()
+
+
+_REQUIRED = (("task_acks_late", True, "a task acked before it runs is completed before it "
+              "runs"),
+             ("task_reject_on_worker_lost", True, "a task whose process died would be acked, "
+              "and completed"),
+             ("task_acks_on_failure_or_timeout", False, "a failed or timed-out task would be "
+              "acked, and completed as succeeded"))
+
+
+def _wrong_settings(conf) -> list:
+    return [f"{name} must be {want} ({why})" for name, want, why in _REQUIRED
+            if bool(conf.get(name)) != want]
+
+
+def _wrong_task_settings(payload) -> list:
+    """Per-task overrides of the required settings, for the task named in a message."""
+    app = _celery_worker_app()
+    if app is None:
+        return []
+    name = ((payload or {}).get("headers") or {}).get("task")
+    task = app.tasks.get(name) if name else None
+    if task is None:
+        return []
+    attrs = {"task_acks_late": "acks_late", "task_reject_on_worker_lost": "reject_on_worker_lost",
+             "task_acks_on_failure_or_timeout": "acks_on_failure_or_timeout"}
+    return [f"task {name}: {attrs[n]} must be {want} ({why})" for n, want, why in _REQUIRED
+            if bool(getattr(task, attrs[n], None)) != want]
+
+
+def _current_task_request():
+    """The request of the Celery task running in this thread, if Celery is loaded."""
+    try:
+        from celery._state import get_current_task
+    except ImportError:
+        return None
+    task = get_current_task()
+    if task is None:
+        return None
+    request = task.request
+    return None if getattr(request, "called_directly", True) else request
+
+
+class Transport(virtual.Transport):
+    Channel = Channel
+    driver_type = "jobcap"
+    driver_name = "psycopg"
+    default_port = 5432
+    polling_interval = 0.5
+    connection_errors = virtual.Transport.connection_errors + (
+        psycopg.OperationalError, psycopg.InterfaceError)
+    channel_errors = virtual.Transport.channel_errors
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False)
+
+    def __init__(self, client, **kwargs):
+        super().__init__(client, **kwargs)
+        options = client.transport_options
+        self.conninfo = options.get("conninfo") or _conninfo_of(client)
+
+    def driver_version(self):
+        return psycopg.__version__
+
+    def establish_connection(self):
+        # Fail here, where kombu expects connection errors, rather than at the first _get.
+        conn = psycopg.connect(self.conninfo, connect_timeout=10)
+        conn.close()
+        return super().establish_connection()
+
+
+def _conninfo_of(client) -> str:
+    parts = {}
+    if client.hostname and client.hostname != "localhost" or client.port:
+        parts["host"] = client.hostname or "localhost"
+    if client.port:
+        parts["port"] = str(client.port)
+    if client.userid:
+        parts["user"] = client.userid
+    if client.password:
+        parts["password"] = client.password
+    if client.virtual_host and client.virtual_host != "/":
+        parts["dbname"] = client.virtual_host.lstrip("/")
+    return psycopg.conninfo.make_conninfo(**parts)
+
+
+def _on_task_failure(sender=None, exception=None, **kwargs):
+    """Celery's task_failure, in the process that ran the task: give up with the error's text.
+
+    Celery then rejects the message without requeue; the job is dead already, so that reject
+    finds a stale fence and changes nothing. Without this the reason would only say "rejected".
+    """
+    request = getattr(sender, "request", None)
+    if request is None or getattr(request, "jobcap_job_id", None) is None:
+        return
+    try:
+        with sender.app.connection_for_write() as connection:
+            conninfo = getattr(connection.transport, "conninfo", None)
+    except Exception:   # not our transport after all, or no app: Celery's reject decides
+        return
+    if not conninfo:
+        return
+    reason = f"{type(exception).__name__}: {exception}"
+    try:
+        _settle(conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                (*fence_of(request), reason))
+    except psycopg.Error as error:
+        if not _is_stale(error):
+            log.warning("job %s: could not record its failure: %s", request.jobcap_job_id,
+                        error)
+
+
+def _connect_celery_signals() -> None:
+    try:
+        from celery import signals
+    except ImportError:
+        return
+    signals.task_failure.connect(_on_task_failure, weak=False,
+                                 dispatch_uid="jobcap.contrib.kombu.task_failure")
+
+
+def register(alias: str = "jobcap") -> None:
+    """Lets ``broker_url='jobcap://...'`` find this transport (done on import)."""
+    TRANSPORT_ALIASES.setdefault(alias, "jobcap.contrib.kombu:Transport")
+
+
+register()
+_connect_celery_signals()

@@ -1,0 +1,82 @@
+"""Django settings for running Django-Q's own test suite, and the admin page's test, on jobcap.
+
+The database is the throwaway server of the test run ($JOBCAP_TEST_HOST/_PORT); Django-Q's
+broker is jobcap's, and the cache (cluster statistics, cached results) is Django's file cache,
+which every process of a cluster shares (the suite's own settings use Redis).
+"""
+import os
+
+SECRET_KEY = "jobcap-tests-only"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+INSTALLED_APPS = (
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "jobcap.contrib.admin",
+)
+MIDDLEWARE = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+)
+ROOT_URLCONF = os.environ.get("JOBCAP_TEST_URLCONF", "django_q.tests.urls")
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.debug",
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("JOBCAP_TEST_DBNAME", "postgres"),
+        "USER": os.environ.get("JOBCAP_TEST_USER", "postgres"),
+        "HOST": os.environ.get("JOBCAP_TEST_HOST", ""),
+        "PORT": os.environ.get("JOBCAP_TEST_PORT", "5432"),
+    }
+}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                      "LOCATION": os.environ.get("JOBCAP_TEST_CACHE_DIR", "/tmp/jobcap-test-cache")}}
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+LOGGING = {"version": 1, "disable_existing_loggers": False,
+           "handlers": {"console": {"class": "logging.StreamHandler"}},
+           "loggers": {"django_q": {"handlers": ["console"], "level": "WARNING"}}}
+
+Q_CLUSTER = {
+    "name": "django_q_test",
+    "cpu_affinity": 1,
+    "testing": True,
+    "log_level": "WARNING",
+    "broker_class": "jobcap.contrib.django_q.Broker",
+    "retry": 60,
+    "timeout": 30,
+    "ack_failures": True,
+    "max_attempts": 0,
+    "poll": 0.1,
+    "jobcap": {"max_attempts": 5, "backoff_base": 0, "backoff_max": 0},
+}
+
+if os.environ.get("JOBCAP_TEST_Q_CLUSTER") == "cluster":
+    # The cluster test: short leases. Django-Q's guard kills a task after 2 s, its lease (retry)
+    # lapses after 4 s; Django-Q's own max_attempts is set, to show it cannot turn a failure
+    # into a success.
+    Q_CLUSTER.update(timeout=2, retry=4, workers=2, max_attempts=2,
+                     jobcap={"max_attempts": 3, "backoff_base": 0, "backoff_max": 0})

@@ -1,0 +1,14 @@
+"""Tasks for the Django-Q cluster test."""
+import time
+
+
+def ok(x):
+    return x * 2
+
+
+def boom(what):
+    raise ValueError(f"cannot process {what}")
+
+
+def hang(seconds):
+    time.sleep(seconds)

@@ -1,0 +1,197 @@
+"""kombu-level tests of the jobcap transport: publish, get, ack, reject with and without requeue,
+requeue, recover/restore, heartbeats, priority, eta, size and purge."""
+import datetime as dt
+import logging
+import time
+import unittest
+
+import psycopg
+
+from common import start_server, wait_for
+
+import jobcap.contrib.kombu  # noqa: F401  (registers jobcap://)
+from kombu import Connection
+
+server = None
+
+
+def setUpModule():
+    global server
+    logging.getLogger("jobcap.kombu").setLevel(logging.ERROR)
+    server = start_server()
+
+
+def tearDownModule():
+    if server is not None:
+        server.stop()
+
+
+def sql(query, params=None):
+    with psycopg.connect(server.conninfo, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else None
+
+
+def job(job_id):
+    return sql("SELECT j.state::text, j.attempts, coalesce(j.max_attempts, q.max_attempts)"
+               "  FROM jobcap.jobs j JOIN jobcap.queues q USING (queue) WHERE j.job_id = %s",
+               (job_id,))[0]
+
+
+def kinds(job_id):
+    return [(a, k, e) for a, k, e in sql(
+        "SELECT attempt, kind, error FROM jobcap.job_errors WHERE job_id = %s ORDER BY seq",
+        (job_id,))]
+
+
+class KombuTest(unittest.TestCase):
+    lease = 1.5
+
+    def setUp(self):
+        self.queue_name = self.id().rsplit(".", 1)[-1][:60]
+        self.conn = Connection("jobcap://", transport_options={
+            "conninfo": server.conninfo, "visibility_timeout": self.lease, "max_attempts": 3,
+            "backoff_base": 0, "backoff_max": 0, "polling_interval": 0.05})
+        self.queue = self.conn.SimpleQueue(self.queue_name)
+
+    def tearDown(self):
+        self.queue.close()
+        self.conn.release()
+
+    def put_get(self, body=None, **kw):
+        self.queue.put(body or {"n": 1}, **kw)
+        return self.queue.get(timeout=5)
+
+    def test_publish_and_ack_completes(self):
+        m = self.put_get({"hello": "world"})
+        self.assertEqual(m.payload, {"hello": "world"})
+        self.assertEqual(m.headers["jobcap_attempt"], 1)
+        self.assertEqual(job(m.headers["jobcap_job_id"]), ("running", 1, 3))
+        m.ack()
+        self.assertEqual(job(m.headers["jobcap_job_id"]), ("succeeded", 1, 3))
+
+    def test_claim_is_committed_before_delivery(self):
+        m = self.put_get()
+        # another session sees the claim (state, counted attempt, fence) at once
+        row = sql("SELECT state::text, attempts, fence FROM jobcap.jobs WHERE job_id = %s",
+                  (m.headers["jobcap_job_id"],))
+        self.assertEqual(row, [("running", 1, m.headers["jobcap_fence"])])
+        m.ack()
+
+    def test_reject_without_requeue_is_dead_now(self):
+        m = self.put_get()
+        m.reject(requeue=False)
+        job_id = m.headers["jobcap_job_id"]
+        self.assertEqual(job(job_id), ("dead", 1, 1))
+        self.assertEqual([(a, k) for a, k, _ in kinds(job_id)], [(1, "error")])
+        self.assertTrue(kinds(job_id)[0][2].startswith("rejected without requeue"))
+        with self.assertRaises(self.queue.Empty):
+            self.queue.get(timeout=0.5)
+
+    def test_reject_with_requeue_counts_and_lapses(self):
+        m = self.put_get()
+        job_id = m.headers["jobcap_job_id"]
+        m.reject(requeue=True)
+        # nothing re-published: still one job, still running until its lease lapses
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = %s",
+                             (self.queue_name,)), [(1,)])
+        m2 = self.queue.get(timeout=10)
+        self.assertEqual(m2.headers["jobcap_job_id"], job_id)
+        self.assertEqual(m2.headers["jobcap_attempt"], 2)
+        self.assertTrue(m2.delivery_info.get("redelivered") or m2._raw.get("redelivered"))
+        self.assertEqual(kinds(job_id), [(1, "lease_expired", kinds(job_id)[0][2])])
+        m2.ack()
+        self.assertEqual(job(job_id), ("succeeded", 2, 3))
+
+    def test_requeue_every_time_dies_at_the_cap(self):
+        self.queue.put({"poison": True})
+        for attempt in (1, 2, 3):
+            m = self.queue.get(timeout=10)
+            self.assertEqual(m.headers["jobcap_attempt"], attempt)
+            m.requeue()
+        job_id = m.headers["jobcap_job_id"]
+        wait_for(lambda: job(job_id)[0] == "dead", timeout=10)
+        self.assertEqual(job(job_id), ("dead", 3, 3))
+        self.assertEqual([k for _, k, _ in kinds(job_id)], ["lease_expired"] * 3)
+        with self.assertRaises(self.queue.Empty):
+            self.queue.get(timeout=0.5)
+
+    def test_restore_unacked_republishes_nothing(self):
+        for i in range(3):
+            self.queue.put({"i": i})
+        got = [self.queue.get(timeout=5) for _ in range(3)]
+        channel = got[0].channel
+        self.assertEqual(channel.qos.restore_unacked(), [])
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = %s",
+                             (self.queue_name,)), [(3,)])
+        # their leases lapse (no heartbeats any more) and they come back counted
+        again = [self.queue.get(timeout=10) for _ in range(3)]
+        self.assertEqual(sorted(m.headers["jobcap_attempt"] for m in again), [2, 2, 2])
+        for m in again:
+            m.ack()
+        # a late ack of the first delivery is refused by the fence, never a second success
+        got[0].channel.basic_ack(got[0].delivery_tag)
+        self.assertEqual(job(got[0].headers["jobcap_job_id"])[0], "succeeded")
+
+    def test_recover_is_restore(self):
+        m = self.put_get()
+        m.channel.basic_recover(requeue=True)
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = %s",
+                             (self.queue_name,)), [(1,)])
+
+    def test_heartbeat_keeps_an_unacked_message(self):
+        m = self.put_get()
+        job_id = m.headers["jobcap_job_id"]
+        time.sleep(self.lease * 3)   # twice the lease: only heartbeats kept it
+        self.assertEqual(job(job_id), ("running", 1, 3))
+        self.assertEqual(kinds(job_id), [])
+        m.ack()
+        self.assertEqual(job(job_id)[0], "succeeded")
+
+    def test_ack_after_the_lease_was_lost_is_refused(self):
+        m = self.put_get()
+        job_id, fence = m.headers["jobcap_job_id"], m.headers["jobcap_fence"]
+        # the lease is taken away (as if the heartbeats stopped and another worker claimed it)
+        jobcap.contrib.kombu._heartbeats.pop(m.delivery_tag)
+        m2 = self.queue.get(timeout=10)
+        self.assertEqual(m2.headers["jobcap_fence"], fence + 1)
+        m.ack()  # stale: logged, not a success
+        self.assertEqual(job(job_id), ("running", 2, 3))
+        m2.ack()
+        self.assertEqual(job(job_id), ("succeeded", 2, 3))
+
+    def test_priority_higher_first(self):
+        for p in (0, 9, 5):
+            self.queue.put({"p": p}, priority=p)
+        got = [self.queue.get(timeout=5) for _ in range(3)]
+        self.assertEqual([m.payload["p"] for m in got], [9, 5, 0])
+        for m in got:
+            m.ack()
+
+    def test_eta_header_is_run_at(self):
+        eta = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
+        self.queue.put({"later": 1}, headers={"eta": eta.isoformat()})
+        with self.assertRaises(self.queue.Empty):
+            self.queue.get(timeout=0.3)
+        m = self.queue.get(timeout=5)
+        self.assertGreaterEqual(dt.datetime.now(dt.timezone.utc), eta)
+        m.ack()
+
+    def test_size_and_purge(self):
+        for i in range(5):
+            self.queue.put({"i": i})
+        m = self.queue.get(timeout=5)
+        self.assertEqual(self.queue.qsize(), 4)
+        self.assertEqual(self.queue.clear(), 4)
+        self.assertEqual(self.queue.qsize(), 0)
+        m.ack()   # the running one settles normally
+        self.assertEqual(job(m.headers["jobcap_job_id"])[0], "succeeded")
+
+    def test_no_ack_consumers_are_refused(self):
+        with self.assertRaises(ValueError):
+            self.queue.consumer.channel.basic_consume(self.queue_name, True, lambda m: None,
+                                                      "tag")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,124 @@
+// What the Celery and Django-Q adapters call beyond the worker's settle calls: give_up_job (a
+// worker's "dead now", for a rejected message), queue_depth (a queue's size, for workers of a
+// granted queue) and purge_pending (an operator's purge, in bounded batches).
+#include "spi/access.hpp"
+#include "spi/args.hpp"
+#include "boundary.hpp"
+#include "spi/cap.hpp"
+#include "spi/errors.hpp"
+#include "spi/history.hpp"
+#include "spi/plans.hpp"
+#include "spi/statements.hpp"
+
+namespace jobcap {
+namespace {
+
+constexpr int64 kMaxPurgeBatch = 10000;
+
+// The fenced compare-and-swap of fail_job, ending the job instead of retrying it: the budget
+// becomes the attempts already counted, so the attempt that gave up was the last, and a
+// requeue_job raises the budget from there. $3 = reason, $4 = now, $5 = caller.
+JOBCAP_STATEMENT(
+    give_up_job,
+    "WITH given_up AS (UPDATE jobcap.jobs j SET state = 'dead', max_attempts = j.attempts,"
+    "       finished_at = $4, lease_expires_at = NULL"
+    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running'"
+    "   AND " JOBCAP_MAY_WORK("$5", "j.queue")
+    " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
+    JOBCAP_HISTORY_CTES("given_up", "'error'", "$3", "$4")
+    " SELECT state FROM given_up",
+    {INT8OID, INT8OID, TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+
+// $1 = queue, $2 = now, $3 = caller. Pending jobs at or over their cap are not ready: the next
+// sweep makes them dead.
+JOBCAP_STATEMENT(queue_depth,
+                 "SELECT count(*) FILTER (WHERE j.state = 'pending' AND j.run_at <= $2"
+                 "                         AND j.attempts < " JOBCAP_CAP
+                 "),"
+                 "       count(*) FILTER (WHERE j.state = 'pending' AND j.run_at > $2"
+                 "                         AND j.attempts < " JOBCAP_CAP
+                 "),"
+                 "       count(*) FILTER (WHERE j.state = 'running')"
+                 "  FROM jobcap.jobs j JOIN jobcap.queues q ON q.queue = j.queue"
+                 " WHERE j.queue = $1 AND j.state IN ('pending', 'running')"
+                 "   AND " JOBCAP_MAY_WORK("$3", "$1"),
+                 {TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+
+// Deletes up to $2 pending jobs of queue $1 with their history, oldest first, skipping rows
+// another transaction holds (a claim in progress). Running jobs settle normally.
+JOBCAP_STATEMENT(
+    purge_pending,
+    "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"
+    "   WHERE j.queue = $1 AND j.state = 'pending'"
+    "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
+    " gone AS (DELETE FROM jobcap.jobs j"
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed)) AND j.state = 'pending'"
+    "   RETURNING j.job_id),"
+    " history_gone AS (DELETE FROM jobcap.job_errors e"
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"
+    " SELECT count(*)::int FROM gone",
+    {TEXTOID, INT4OID});
+
+}  // namespace
+}  // namespace jobcap
+
+using namespace jobcap;
+
+JOBCAP_FUNCTION(give_up_job, Duty::worker)
+{
+    int64 job_id = arg_job_id(fcinfo, 0);
+    int64 fence = arg_fence(fcinfo, 1);
+    Datum reason = arg_required(fcinfo, 2, "reason");
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("reason must not be empty"),
+                 errhint("Say why the job cannot succeed; it is kept in the job's "
+                         "history.")));
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(kept_text(DatumGetTextPP(reason)));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+
+    spi_open(access);
+    if (execute(give_up_job, p, SPI_OK_SELECT) == 0)
+        raise_not_current(access, function, job_id, fence);
+    Datum state = result_column(0, 1);
+    spi_close(access);
+    return state;
+}
+
+JOBCAP_FUNCTION(queue_depth, Duty::worker)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    Params p;
+    p.add(queue.datum).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+
+    spi_open(access);
+    check_queue(access, function, queue.datum, queue.cstr);
+    execute(queue_depth, p, SPI_OK_SELECT);
+    Datum v[3];
+    bool n[3] = {false, false, false};
+    for (int c = 0; c < 3; ++c)
+        v[c] = result_column(0, c + 1);
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+    spi_close(access);
+    return (Datum) 0;
+}
+
+JOBCAP_FUNCTION(purge_pending, Duty::operator_)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    Params p;
+    p.add(queue.datum).add(Int32GetDatum(arg_count(fcinfo, 1, "max_jobs", kMaxPurgeBatch)));
+    Params q;
+    q.add(queue.datum);
+
+    spi_open(access);
+    if (execute(statements::queue_exists, q, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(queue.cstr);
+    execute(purge_pending, p, SPI_OK_SELECT);
+    int32 purged = DatumGetInt32(result_column(0, 1));
+    spi_close(access);
+    PG_RETURN_INT32(purged);
+}
