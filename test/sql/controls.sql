@@ -74,8 +74,8 @@ BEGIN
   END LOOP;
   DEALLOCATE probe;
 END $$;
-SELECT plan_lines('claim_job', $$now(), 'w', NULL, 'capped', 5, NULL$$);
-SELECT plan_lines('claim_job_capped', $$now(), 'w', NULL, 'capped', 5, NULL$$);
+SELECT plan_lines('claim_job', $$now(), 'w', NULL, 'capped', 5, NULL, '{}'$$);
+SELECT plan_lines('claim_job_capped', $$now(), 'w', NULL, 'capped', 5, NULL, '{}'$$);
 DROP FUNCTION plan_lines(text, text);
 -- 0 removes the limit; NULL leaves it as it is.
 SELECT jobcap.alter_queue('capped', max_running => 0);
