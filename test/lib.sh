@@ -112,8 +112,9 @@ JOBCAP_SYSTEM_PG_CONFIG=$(command -v "$PG_CONFIG" 2>/dev/null || echo "$PG_CONFI
 
 # A copy of the sources built with SANITIZE=$2 under $BUILD/$1, installed into a private install
 # of its own (as jobcap_tmp_install does), so the ordinary build is left alone. Sets SAN_BINDIR.
+# $3, a pg_config, builds against another PostgreSQL (the pg_upgrade test's older major).
 jobcap_sanitized_install() {
-    local kind=$1 flags=$2 bindir sharedir libdir pgc=$JOBCAP_SYSTEM_PG_CONFIG
+    local kind=$1 flags=$2 bindir sharedir libdir pgc=${3:-$JOBCAP_SYSTEM_PG_CONFIG}
     local src=$BUILD/$kind/src dest=$BUILD/$kind/tmp_install
     bindir=$($pgc --bindir); sharedir=$($pgc --sharedir); libdir=$($pgc --pkglibdir)
     mkdir -p "$src"
