@@ -7,7 +7,7 @@
 //    containers.
 //  * C++ exceptions can come only from the pure core (src/core), which never calls PostgreSQL
 //    and never holds PostgreSQL memory. Its results are plain values (see core/rules.hpp).
-//  * Every SQL-callable function body runs inside JOBCAP_GUARD, which catches every C++
+//  * Every SQL-callable function body runs inside guard() (JOBCAP_FUNCTION puts it there), which catches every C++
 //    exception, copies its message into a fixed buffer, leaves the catch block, and only then
 //    reports it with ereport. No exception can reach a PostgreSQL frame, and no longjmp starts
 //    inside a catch block.
@@ -23,15 +23,22 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#include "core/rules.hpp"
+#include "spi/access.hpp"
 
-// SQL-visible C functions: PostgreSQL finds them by their C names.
+// JOBCAP_FUNCTION(name, duty) { ... } defines the SQL-callable function jobcap.name: its C
+// symbol jobcap_name, PostgreSQL's function info, the exception boundary (guard, below) and the
+// caller check (admit, spi/access.hpp) for the given Duty. The body that follows sees
+// `fcinfo`, `function` (the SQL name, for messages) and `access` (what admit decided):
+//
+//     JOBCAP_FUNCTION(cancel_job, Duty::operator_)
+//     {
+//         int64 job_id = arg_job_id(fcinfo, 0);
+//         ...
+//     }
 #if !defined(__SANITIZE_ADDRESS__)
-#define JOBCAP_FUNCTION(name)                \
-    extern "C" {                             \
-    PG_FUNCTION_INFO_V1(name);               \
-    }                                        \
-    extern "C" Datum name(PG_FUNCTION_ARGS)
+#define JOBCAP_ENTRY_ATTRIBUTES
+#define JOBCAP_BODY_ATTRIBUTES
+#define JOBCAP_ENTRY_PROLOGUE
 #else
 // AddressSanitizer build (make sanitize): ASan's runtime comes with this library and its
 // interceptors are not loaded (see jobcap.cpp), so nobody tells it when an ereport longjmps
@@ -47,23 +54,31 @@ __attribute__((no_sanitize_address, noinline)) inline void asan_forget_stale_fra
     __asan_unpoison_memory_region(reinterpret_cast<void*>(sp - kBelow), kBelow);
 }
 }  // namespace jobcap
-#define JOBCAP_FUNCTION(name)                                                                  \
-    extern "C" {                                                                               \
-    PG_FUNCTION_INFO_V1(name);                                                                 \
-    }                                                                                          \
-    __attribute__((noinline)) static Datum name##_body(FunctionCallInfo fcinfo);               \
-    extern "C" __attribute__((no_sanitize_address, noinline)) Datum name(PG_FUNCTION_ARGS)     \
-    {                                                                                          \
-        jobcap::asan_forget_stale_frames();                                                    \
-        return name##_body(fcinfo);                                                            \
-    }                                                                                          \
-    static Datum name##_body(FunctionCallInfo fcinfo)
+#define JOBCAP_ENTRY_ATTRIBUTES __attribute__((no_sanitize_address, noinline))
+#define JOBCAP_BODY_ATTRIBUTES __attribute__((noinline))
+#define JOBCAP_ENTRY_PROLOGUE jobcap::asan_forget_stale_frames()
 #endif
 
-namespace jobcap {
+#define JOBCAP_FUNCTION(name, duty)                                                                \
+    JOBCAP_BODY_ATTRIBUTES static Datum name##_body([[maybe_unused]] FunctionCallInfo fcinfo,      \
+                                                    [[maybe_unused]] const char* function,         \
+                                                    [[maybe_unused]] jobcap::Access& access);      \
+    extern "C" {                                                                                   \
+    PG_FUNCTION_INFO_V1(jobcap_##name);                                                            \
+    }                                                                                              \
+    extern "C" JOBCAP_ENTRY_ATTRIBUTES Datum jobcap_##name(PG_FUNCTION_ARGS)                       \
+    {                                                                                              \
+        JOBCAP_ENTRY_PROLOGUE;                                                                     \
+        return jobcap::guard(#name, [&]() -> Datum {                                               \
+            jobcap::Access access = jobcap::admit(#name, duty);                                    \
+            return name##_body(fcinfo, #name, access);                                             \
+        });                                                                                        \
+    }                                                                                              \
+    static Datum name##_body([[maybe_unused]] FunctionCallInfo fcinfo,                             \
+                             [[maybe_unused]] const char* function,                                \
+                             [[maybe_unused]] jobcap::Access& access)
 
-// The stale-fence SQLSTATE: the caller's lease on the job is no longer current.
-constexpr int kStaleFence = MAKE_SQLSTATE('J', 'C', '0', '0', '1');
+namespace jobcap {
 
 // Runs body() and turns any C++ exception into an ordinary PostgreSQL error after the C++
 // frames are gone. body must follow the plain-data rule above.
@@ -87,22 +102,5 @@ Datum guard(const char* function, Body&& body)
                         errmsg("internal error in jobcap.%s: %s", function, message)));
     pg_unreachable();
 }
-
-// Reports a rule broken by an argument, as decided by the pure core.
-[[noreturn]] void raise(const core::Problem& problem);
-
-struct Access;
-
-// Raises the stale-fence error for job_id, explaining from the job's current row why the
-// given fence is no longer current; raises "does not exist" when there is no such job, and
-// 42501 when the caller may not work the job's queue (or, unprivileged, when there is no job).
-[[noreturn]] void raise_not_current(const Access& access, const char* function, int64 job_id,
-                                    int64 fence);
-
-// Raises 42704 for a job that does not exist.
-[[noreturn]] void raise_unknown_job(int64 job_id);
-
-// Raises 42704 for a queue that does not exist.
-[[noreturn]] void raise_unknown_queue(const char* queue);
 
 }  // namespace jobcap

@@ -41,22 +41,22 @@ extern "C" void _PG_init(void)
     DefineCustomIntVariable("jobcap.error_history",
                             "Sets how many failed attempts are kept in each job's error history.",
                             "Older entries are deleted when a new one is written; 0 keeps none.",
-                            &jobcap::guc_error_history, 10, 0, 1000, PGC_SUSET, 0, nullptr,
-                            nullptr, nullptr);
-    DefineCustomIntVariable("jobcap.max_error_bytes",
-                            "Sets the longest error text kept per failed attempt.",
-                            "Longer texts are cut at a character boundary and marked.",
-                            &jobcap::guc_max_error_bytes, 2048, 64, 1024 * 1024, PGC_SUSET,
-                            GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+                            &jobcap::guc_error_history, 10, 0, 1000, PGC_SUSET, 0, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable(
+        "jobcap.max_error_bytes", "Sets the longest error text kept per failed attempt.",
+        "Longer texts are cut at a character boundary and marked.", &jobcap::guc_max_error_bytes,
+        2048, 64, 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("jobcap.default_max_attempts",
-                            "Sets the attempt cap of queues created without one.",
-                            nullptr, &jobcap::guc_default_max_attempts, 10, 1, 1000000,
-                            PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("jobcap.max_payload_bytes",
-                            "Sets the largest job payload that enqueue_job and enqueue_jobs accept.",
-                            "Measured as the jsonb value before compression. Only superusers can change it.",
-                            &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024,
-                            PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+                            "Sets the attempt cap of queues created without one.", nullptr,
+                            &jobcap::guc_default_max_attempts, 10, 1, 1000000, PGC_USERSET, 0,
+                            nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "jobcap.max_payload_bytes",
+        "Sets the largest job payload that enqueue_job and enqueue_jobs accept.",
+        "Measured as the jsonb value before compression. Only superusers can change it.",
+        &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024, PGC_SUSET,
+        GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
 
     // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
     // only a preloaded jobcap starts the launcher and its reapers.
@@ -67,11 +67,10 @@ extern "C" void _PG_init(void)
                                "jobcap in shared_preload_libraries.",
                                &jobcap::guc_database, "postgres", PGC_SIGHUP, GUC_LIST_INPUT,
                                jobcap::check_database, nullptr, nullptr);
-    DefineCustomIntVariable("jobcap.reap_interval",
-                            "Sets how often the background worker reaps expired leases.",
-                            "Each cycle also prunes finished jobs past their retention.",
-                            &jobcap::guc_reap_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP,
-                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "jobcap.reap_interval", "Sets how often the background worker reaps expired leases.",
+        "Each cycle also prunes finished jobs past their retention.", &jobcap::guc_reap_interval_ms,
+        1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("jobcap.report_interval",
                             "Sets how often the background worker may log a line per queue.",
                             "A line is written only for a queue that got worse: new dead jobs, "
@@ -86,8 +85,8 @@ extern "C" void _PG_init(void)
     DefineCustomIntVariable("jobcap.dead_retention",
                             "Sets how long dead and cancelled jobs are kept before the background "
                             "worker deletes them.",
-                            "0 (the default) keeps them forever.", &jobcap::guc_dead_retention_s,
-                            0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+                            "0 (the default) keeps them forever.", &jobcap::guc_dead_retention_s, 0,
+                            0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
 

@@ -3,17 +3,17 @@
 
 namespace jobcap {
 
-extern int guc_error_history;      // jobcap.error_history: errors kept per job
-extern int guc_max_error_bytes;    // jobcap.max_error_bytes: longest error text kept
-extern int guc_max_payload_bytes;  // jobcap.max_payload_bytes: largest payload enqueued
+extern int guc_error_history;         // jobcap.error_history: errors kept per job
+extern int guc_max_error_bytes;       // jobcap.max_error_bytes: longest error text kept
+extern int guc_max_payload_bytes;     // jobcap.max_payload_bytes: largest payload enqueued
 extern int guc_default_max_attempts;  // jobcap.default_max_attempts: create_queue's default cap
 
 // The background worker's settings (read by src/worker.cpp).
-extern char* guc_database;            // jobcap.database: the databases served, or '*'
-extern int guc_reap_interval_ms;      // jobcap.reap_interval
-extern int guc_report_interval_s;     // jobcap.report_interval
-extern int guc_succeeded_retention_s; // jobcap.succeeded_retention, 0 = keep forever
-extern int guc_dead_retention_s;      // jobcap.dead_retention, 0 = keep forever
+extern char* guc_database;             // jobcap.database: the databases served, or '*'
+extern int guc_reap_interval_ms;       // jobcap.reap_interval
+extern int guc_report_interval_s;      // jobcap.report_interval
+extern int guc_succeeded_retention_s;  // jobcap.succeeded_retention, 0 = keep forever
+extern int guc_dead_retention_s;       // jobcap.dead_retention, 0 = keep forever
 
 // jobcap.database (src/launcher.cpp): its check hook (needs pg.hpp included first), whether it
 // says '*', and whether it selects a database.

@@ -29,7 +29,7 @@ jobcap_deps() {
     local want=(postgresql-"$major" postgresql-server-dev-"$major" libipc-run-perl g++ make)
     local missing=()
     if [ "${1:-}" != pgxs ]; then
-        want+=(cmake libgtest-dev python3-psycopg)
+        want+=(cmake libgtest-dev python3-psycopg clang-format)
         # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
         command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     fi
@@ -97,13 +97,13 @@ node_modules() {
     return 1
 }
 
-# A python3 that has psycopg (Debian's python3-psycopg): the system one when PATH leads elsewhere.
+# A python3 that has psycopg (Debian's python3-psycopg clang-format): the system one when PATH leads elsewhere.
 fuzz_python() {
     local p
     for p in python3 /usr/bin/python3; do
         as_tester "$p" -c 'import psycopg' 2>/dev/null && { echo "$p"; return 0; }
     done
-    die "no python3 with psycopg (apt-get install python3-psycopg)"
+    die "no python3 with psycopg (apt-get install python3-psycopg clang-format)"
 }
 
 # The system's pg_config, found before jobcap_tmp_install puts its private copy first on PATH

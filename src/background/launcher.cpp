@@ -38,14 +38,14 @@ extern "C" PGDLLEXPORT void jobcap_launcher_main(Datum main_arg);
 namespace jobcap {
 namespace {
 
-constexpr int kMaxDatabases = 32;            // names one jobcap.database list may hold
-constexpr int kMaxServed = 1024;             // databases one launcher keeps track of
-constexpr int kRestartSeconds = 5;           // bgw_restart_time of the launcher; also the wait
-                                             // before a reaper that ran a while is started again
-constexpr int kQuickExitMs = 5000;           // a reaper that stopped sooner than this found
-                                             // nothing to do (with '*', a reaper leaves after
-                                             // a second when there is no extension), or
-                                             // crashed at once: either way, not again soon
+constexpr int kMaxDatabases = 32;   // names one jobcap.database list may hold
+constexpr int kMaxServed = 1024;    // databases one launcher keeps track of
+constexpr int kRestartSeconds = 5;  // bgw_restart_time of the launcher; also the wait
+                                    // before a reaper that ran a while is started again
+constexpr int kQuickExitMs = 5000;  // a reaper that stopped sooner than this found
+                                    // nothing to do (with '*', a reaper leaves after
+                                    // a second when there is no extension), or
+                                    // crashed at once: either way, not again soon
 
 // A database the launcher serves (or served).
 struct Served {
@@ -53,8 +53,8 @@ struct Served {
     char name[NAMEDATALEN];
     BackgroundWorkerHandle* handle;  // TopMemoryContext; null while none runs
     TimestampTz started;
-    TimestampTz next_start;          // no new reaper before this
-    bool selected;                   // selected by the last scan
+    TimestampTz next_start;  // no new reaper before this
+    bool selected;           // selected by the last scan
     bool slot_warned;
 };
 

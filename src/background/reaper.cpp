@@ -47,15 +47,15 @@ namespace jobcap {
 namespace {
 
 // Fixed limits (documented in docs/worker.md).
-constexpr int32 kBatchMax = 1000;          // jobs per reap or prune transaction
-constexpr int32 kBatchMin = 10;            // ... after shrinking on timeouts
-constexpr int kBatchesPerCycle = 50;       // a cycle stops after this many full batches
-constexpr int kStatementTimeoutMs = 10000; // per batch
-constexpr const char* kLockTimeout = "1s"; // per lock wait, for the whole session
-constexpr long kBackoffMaxMs = 60000;      // longest wait after repeated failures
-constexpr int64 kAbsentGraceMs = 1000;     // with '*', how long a new reaper looks for the
-                                           // extension (a CREATE EXTENSION that woke the
-                                           // launcher may not have committed yet)
+constexpr int32 kBatchMax = 1000;           // jobs per reap or prune transaction
+constexpr int32 kBatchMin = 10;             // ... after shrinking on timeouts
+constexpr int kBatchesPerCycle = 50;        // a cycle stops after this many full batches
+constexpr int kStatementTimeoutMs = 10000;  // per batch
+constexpr const char* kLockTimeout = "1s";  // per lock wait, for the whole session
+constexpr long kBackoffMaxMs = 60000;       // longest wait after repeated failures
+constexpr int64 kAbsentGraceMs = 1000;      // with '*', how long a new reaper looks for the
+                                            // extension (a CREATE EXTENSION that woke the
+                                            // launcher may not have committed yet)
 constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
@@ -69,22 +69,24 @@ constexpr uint16 kLockSubId = 3;
 // with their error history, but never one that refresh_stats has not counted yet. Locked rows
 // are skipped (a requeue in flight wins); the DELETE repeats the guard. The jobs_finished index
 // serves the scan.
-#define PRUNE(STATES)                                                                             \
-    "WITH doomed AS MATERIALIZED ("                                                               \
-    "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
-    "   WHERE j.state IN (" STATES ")"                                                            \
-    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"   \
-    "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                   \
-    " gone AS (DELETE FROM jobcap.jobs j"                                                         \
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                  \
-    "     AND j.state IN (" STATES ") AND j.finished_at < $1"                                     \
-    "   RETURNING j.job_id),"                                                                     \
-    " history_gone AS (DELETE FROM jobcap.job_errors e"                                           \
-    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                   \
+#define PRUNE(STATES)                                                                              \
+    "WITH doomed AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.state IN (" STATES                                                                 \
+    ")"                                                                                            \
+    "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"    \
+    "   LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                                                    \
+    " gone AS (DELETE FROM jobcap.jobs j"                                                          \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                   \
+    "     AND j.state IN (" STATES                                                                 \
+    ") AND j.finished_at < $1"                                                                     \
+    "   RETURNING j.job_id),"                                                                      \
+    " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                    \
     " SELECT count(*) FROM gone"
 
-Statement prune_succeeded = {PRUNE("'succeeded'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
-Statement prune_dead = {PRUNE("'dead', 'cancelled'"), 2, {TIMESTAMPTZOID, INT4OID}, nullptr};
+JOBCAP_STATEMENT(prune_succeeded, PRUNE("'succeeded'"), {TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(prune_dead, PRUNE("'dead', 'cancelled'"), {TIMESTAMPTZOID, INT4OID});
 
 // What the worker remembers of a queue between reports: its due backlog.
 struct QueueMemory {
@@ -96,23 +98,23 @@ struct QueueMemory {
 // Each step of a cycle (reap, count, the two prunes) keeps its own batch size and back-off, so
 // one that fails or times out (a slow count, a prune behind a lock) delays only itself.
 struct StepState {
-    int32 batch;                // current batch size
-    int failures;               // consecutive failed attempts
-    TimestampTz resume_at;      // backing off until then
+    int32 batch;            // current batch size
+    int failures;           // consecutive failed attempts
+    TimestampTz resume_at;  // backing off until then
 };
 
 struct Worker {
     char database[NAMEDATALEN];
     StepState reaping, counting, pruning_succeeded, pruning_dead;
-    bool extension_known;       // has the worker looked yet?
+    bool extension_known;  // has the worker looked yet?
     bool extension_present;
-    TimestampTz window_start;   // where the next report window starts
+    TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
-    TimestampTz next_count;     // when finished jobs may be counted again
-    QueueMemory* queues;        // in TopMemoryContext
+    TimestampTz next_count;  // when finished jobs may be counted again
+    QueueMemory* queues;     // in TopMemoryContext
     int nqueues;
-    bool locked;                // holds the reaper lock: the one reaper of this database
-    bool said_waiting;          // logged, once, that another reaper holds it
+    bool locked;        // holds the reaper lock: the one reaper of this database
+    bool said_waiting;  // logged, once, that another reaper holds it
     TimestampTz started_at;
 };
 Worker w;
@@ -171,10 +173,10 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
         AbortCurrentTransaction();
         InterruptHoldoffCount = holdoff;
         *error = e;
-        outcome = (e->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-                   e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-                      ? Outcome::timed_out
-                      : Outcome::failed;
+        outcome =
+            (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+                ? Outcome::timed_out
+                : Outcome::failed;
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
@@ -199,9 +201,10 @@ uint64 reap_step(int32 batch)
 uint64 prune_step(Statement& statement, int retention_s, int32 batch)
 {
     TimestampTz cut = GetCurrentStatementStartTimestamp() - (int64) retention_s * USECS_PER_SEC;
-    Datum values[2] = {TimestampTzGetDatum(cut), Int32GetDatum(batch)};
-    run(statement, values, nullptr, SPI_OK_SELECT);
-    return (uint64) DatumGetInt64(column(0, 1));
+    Params p;
+    p.add(TimestampTzGetDatum(cut)).add(Int32GetDatum(batch));
+    execute(statement, p, SPI_OK_SELECT);
+    return (uint64) DatumGetInt64(result_column(0, 1));
 }
 
 uint64 prune_succeeded_step(int32 batch)
@@ -259,8 +262,8 @@ uint64 report_step(int32)
 
         char line[512];
         if (core::report_line(qw, line, sizeof line))
-            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue,
-                                 w.database, line)));
+            ereport(LOG, (errmsg("jobcap queue \"%s\" in database \"%s\": %s", s.queue, w.database,
+                                 line)));
         strlcpy(seen[r].queue, s.queue, sizeof seen[r].queue);
         seen[r].due = qw.due;
     }
@@ -282,9 +285,38 @@ long reap_interval_ms()
     return guc_reap_interval_ms;
 }
 
+// What the log says of one step, in whole sentences: `failed` when a batch fails (database,
+// wait in ms, next batch size; the error itself goes into the detail), `done` at DEBUG1 after
+// each batch (rows, database, batch size); `activity` is its pg_stat_activity query text.
+struct StepMessages {
+    const char* activity;
+    const char* failed;
+    const char* done;
+};
+
+const StepMessages kReaping = {
+    "jobcap: reaping expired leases",
+    "jobcap reaper could not reap jobs in database \"%s\", retrying in %ld ms with batches of %d",
+    "jobcap reaper reaped %llu jobs in database \"%s\" (batch of %d)"};
+const StepMessages kCounting = {
+    "jobcap: counting finished jobs",
+    "jobcap reaper could not count finished jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper counted %llu finished jobs in database \"%s\" (batch of %d)"};
+const StepMessages kPruningSucceeded = {
+    "jobcap: pruning succeeded jobs",
+    "jobcap reaper could not prune succeeded jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper pruned %llu succeeded jobs in database \"%s\" (batch of %d)"};
+const StepMessages kPruningDead = {
+    "jobcap: pruning dead and cancelled jobs",
+    "jobcap reaper could not prune dead jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper pruned %llu dead or cancelled jobs in database \"%s\" (batch of %d)"};
+
 // After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
 // each time in a row; the other steps carry on.
-void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* error)
+void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* error)
 {
     step.failures++;
     if (outcome == Outcome::timed_out)
@@ -294,10 +326,8 @@ void back_off(StepState& step, const char* what, Outcome outcome, ErrorData* err
         wait *= 2;
     wait = Min(wait, kBackoffMaxMs);
     step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
-    ereport(LOG, (errcode(error->sqlerrcode),
-                  errmsg("jobcap reaper could not %s in database \"%s\": %s", what, w.database,
-                         error->message),
-                  errdetail("Retrying in %ld ms with batches of %d jobs.", wait, step.batch)));
+    ereport(LOG, (errcode(error->sqlerrcode), errmsg(failed, w.database, wait, step.batch),
+                  errdetail("%s", error->message)));
     FreeErrorData(error);
 }
 
@@ -306,8 +336,7 @@ long extension_absent()
     // With '*' a database without jobcap keeps no process: the launcher looks again later. (The
     // launcher takes a reaper that stops this soon for one that found nothing to do.)
     if (all_databases()) {
-        if (!w.extension_known &&
-            GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
+        if (!w.extension_known && GetCurrentTimestamp() - w.started_at < kAbsentGraceMs * 1000)
             return kAbsentPollMs;
         ereport(DEBUG1, (errmsg("jobcap reaper leaves database \"%s\": no extension \"jobcap\"",
                                 w.database)));
@@ -338,26 +367,24 @@ void extension_found()
 // Runs step in batches until a batch comes back short or the cycle's budget is spent, unless
 // the step is backing off; `verb` and `noun` say what a batch did, in a DEBUG1 line per batch.
 // Returns false when the extension is not installed (the caller stops the cycle).
-bool in_batches(StepState& state, const char* what, const char* verb, const char* noun,
-                const char* activity, Step step)
+bool in_batches(StepState& state, const StepMessages& says, Step step)
 {
     if (GetCurrentTimestamp() < state.resume_at)
         return true;
     for (int i = 0; i < kBatchesPerCycle; ++i) {
         uint64 rows = 0;
         ErrorData* error = nullptr;
-        Outcome outcome = in_transaction(activity, step, state.batch, &rows, &error);
+        Outcome outcome = in_transaction(says.activity, step, state.batch, &rows, &error);
         if (outcome == Outcome::absent)
             return false;
         if (outcome != Outcome::done) {
-            back_off(state, what, outcome, error);
+            back_off(state, says.failed, outcome, error);
             return true;
         }
         extension_found();
         if (rows > 0)
-            ereport(DEBUG1, (errmsg("jobcap reaper %s %llu %s in database \"%s\" (batch of %d)",
-                                    verb, (unsigned long long) rows, noun, w.database,
-                                    state.batch)));
+            ereport(DEBUG1,
+                    (errmsg(says.done, (unsigned long long) rows, w.database, state.batch)));
         if (rows < (uint64) state.batch)
             break;
         CHECK_FOR_INTERRUPTS();
@@ -374,24 +401,19 @@ long cycle()
     if (RecoveryInProgress())
         return reap_interval_ms();
 
-    if (!in_batches(w.reaping, "reap jobs", "reaped", "jobs", "jobcap: reaping expired leases",
-                    reap_step))
+    if (!in_batches(w.reaping, kReaping, reap_step))
         return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
     if (started >= w.next_count) {
-        if (!in_batches(w.counting, "count finished jobs", "counted", "finished jobs",
-                        "jobcap: counting finished jobs", count_step))
+        if (!in_batches(w.counting, kCounting, count_step))
             return extension_absent();
         w.next_count = started + kCountEveryUs;
     }
     if (guc_succeeded_retention_s > 0 &&
-        !in_batches(w.pruning_succeeded, "prune succeeded jobs", "pruned", "succeeded jobs",
-                    "jobcap: pruning succeeded jobs", prune_succeeded_step))
+        !in_batches(w.pruning_succeeded, kPruningSucceeded, prune_succeeded_step))
         return extension_absent();
-    if (guc_dead_retention_s > 0 &&
-        !in_batches(w.pruning_dead, "prune dead jobs", "pruned", "dead or cancelled jobs",
-                    "jobcap: pruning dead and cancelled jobs", prune_dead_step))
+    if (guc_dead_retention_s > 0 && !in_batches(w.pruning_dead, kPruningDead, prune_dead_step))
         return extension_absent();
 
     TimestampTz now = GetCurrentTimestamp();
@@ -408,10 +430,10 @@ long cycle()
         // reaping, counting and pruning do not wait for it.
         if (outcome != Outcome::done) {
             ereport(LOG, (errcode(error->sqlerrcode),
-                          errmsg("jobcap reaper could not report in database \"%s\": %s",
-                                 w.database, error->message),
-                          errdetail("The next report, in %d s, covers this window too.",
-                                    guc_report_interval_s)));
+                          errmsg("jobcap reaper could not report in database \"%s\"; the next "
+                                 "report, in %d s, covers this window too",
+                                 w.database, guc_report_interval_s),
+                          errdetail("%s", error->message)));
             FreeErrorData(error);
         }
         w.next_report = now + interval;
@@ -498,7 +520,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
             if (!w.locked) {
                 w.locked = take_lock();
                 if (!w.locked && !w.said_waiting) {
-                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to leave database \"%s\"",
+                    ereport(LOG, (errmsg("jobcap reaper is waiting for another jobcap reaper to "
+                                         "leave database \"%s\"",
                                          w.database)));
                     w.said_waiting = true;
                 }
@@ -510,8 +533,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
         }
 
         long timeout = (long) ((next_cycle - now + 999) / 1000);
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                         Max(timeout, 1L), PG_WAIT_EXTENSION);
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, Max(timeout, 1L),
+                         PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
     }
 }

@@ -11,7 +11,7 @@ struct ClaimKey {
     std::int32_t priority;
     std::int64_t run_at;  // microseconds, as PostgreSQL stores a timestamptz
     std::int64_t job_id;
-    std::uint32_t row;    // the row of the statement's result this key came from
+    std::uint32_t row;  // the row of the statement's result this key came from
 };
 
 // Sorts keys into claim order. Plain data in, plain data out; no allocation, no exceptions.

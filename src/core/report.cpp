@@ -8,8 +8,14 @@
 namespace jobcap::core {
 namespace {
 
-const char* jobs(std::int64_t n) { return n == 1 ? "job" : "jobs"; }
-const char* attempts(std::int64_t n) { return n == 1 ? "attempt" : "attempts"; }
+const char* jobs(std::int64_t n)
+{
+    return n == 1 ? "job" : "jobs";
+}
+const char* attempts(std::int64_t n)
+{
+    return n == 1 ? "attempt" : "attempts";
+}
 
 // Appends to out at *used, never past size; keeps *used at most size - 1.
 __attribute__((format(printf, 4, 5))) void append(char* out, std::size_t size, std::size_t* used,

@@ -10,9 +10,9 @@ namespace jobcap::core {
 // The kinds of bad input, each mapped to one SQLSTATE by the caller (see errors.cpp).
 enum class Fault : std::uint8_t {
     none,
-    null_value,       // 22004
-    invalid_value,    // 22023
-    out_of_range,     // 22003
+    null_value,     // 22004
+    invalid_value,  // 22023
+    out_of_range,   // 22003
 };
 
 struct Problem {

@@ -5,8 +5,10 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
+#include "spi/statements.hpp"
 #include "functions/stats.hpp"
 
 namespace jobcap {
@@ -18,7 +20,8 @@ constexpr int64 kMaxDeadBatch = 10000;
 
 // $1 = queue (NULL: every queue), $2 = since, $3 = until, $4 = n. Ranked by failed attempts in
 // the window (errors and lost leases), then the latest failure.
-Statement top_failing = {
+JOBCAP_STATEMENT(
+    top_failing_jobs,
     "WITH f AS (SELECT e.job_id, count(*) AS failures,"
     "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
     "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS crashes,"
@@ -30,34 +33,35 @@ Statement top_failing = {
     " SELECT f.job_id, j.queue, j.state, j.attempts, coalesce(j.max_attempts, q.max_attempts),"
     "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
     "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
-    "       THEN left(e.error, " LAST_ERROR_CHARS " - 3) || '...' ELSE e.error END"
+    "       THEN left(e.error, " LAST_ERROR_CHARS
+    " - 3) || '...' ELSE e.error END"
     "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
     "       AND e.kind IN ('error', 'lease_expired')"
-    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS ")"
+    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
+    ")"
     " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
     " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
     " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
-    4, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // The dead jobs of queue $1 whose last failure's text matches $2 (LIKE; NULL: any, including
 // none) and that died in ($3, $4) (NULL: unbounded), oldest death first, at most $5, locked and
 // skipping rows another transaction holds. Served by jobs_dead (queue, finished_at).
-#define DEAD_COHORT(LOCK)                                                                        \
-    "  SELECT j.job_id FROM jobcap.jobs j"                                                        \
-    "   WHERE j.queue = $1 AND j.state = 'dead'"                                                  \
-    "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                    \
-    "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                    \
-    "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                      \
-    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"               \
-    "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                            \
+#define DEAD_COHORT(LOCK)                                                                          \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.queue = $1 AND j.state = 'dead'"                                                   \
+    "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                     \
+    "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                     \
+    "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                       \
+    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"                \
+    "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                             \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 
 // requeue_job's update (src/manage.cpp) over the cohort. $6 = reason, $7 = extra attempts
 // (NULL: the queue's cap), $8 = now, $9 = the calling role (for the history rows). Dead jobs hold their dedupe keys (jobs_dedupe covers dead),
 // so no other live job can hold one; the guard stays, as in requeue_job, and a job it stops
 // stays dead and is not counted.
-Statement requeue_dead = {
-    "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"
+JOBCAP_STATEMENT(requeue_dead, "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"
     " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
     "     max_attempts = j.attempts + coalesce($7, q.max_attempts),"
     "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"
@@ -70,51 +74,44 @@ Statement requeue_dead = {
     "  RETURNING j.job_id, j.queue, j.attempts, j.fence, $9 AS worker),"
     JOBCAP_HISTORY_CTES("requeued", "'requeued'", "$6", "$8")
     " SELECT count(*)::int FROM requeued",
-    9, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
-        TIMESTAMPTZOID, TEXTOID},
-    nullptr};
+    {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
 
 // Deletes the cohort with its history, as retention does.
-Statement purge_dead = {
-    "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
+JOBCAP_STATEMENT(purge_dead, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
     " gone AS (DELETE FROM jobcap.jobs j"
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed)) AND j.state = 'dead'"
     "   RETURNING j.job_id),"
     " history_gone AS (DELETE FROM jobcap.job_errors e"
     "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"
     " SELECT count(*)::int FROM gone",
-    5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
-Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
-
-// Reads queue (argument 0), error_like, died_after, died_before (arguments from..from+2) and
-// max_jobs (argument max_arg) into values[0..4] and nulls[0..4].
-void dead_filter(FunctionCallInfo fcinfo, int from, int max_arg, Datum* values, char* nulls)
+// Adds queue (argument 0), error_like, died_after, died_before (arguments from..from+2) and
+// max_jobs (argument max_arg): the first five parameters of both statements.
+void add_dead_filter(Params& p, FunctionCallInfo fcinfo, int from, int max_arg)
 {
-    values[0] = arg_queue(fcinfo, 0).datum;
-    nulls[0] = ' ';
-    for (int i = 1; i <= 3; ++i) {
-        int a = from + i - 1;
-        nulls[i] = PG_ARGISNULL(a) ? 'n' : ' ';
-        values[i] = PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a);
-    }
-    for (int i = 2; i <= 3; ++i)
-        if (nulls[i] == ' ' && TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[i])))
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("%s must be a finite time",
-                                   i == 2 ? "died_after" : "died_before")));
-    if (nulls[2] == ' ' && nulls[3] == ' ' &&
-        DatumGetTimestampTz(values[2]) >= DatumGetTimestampTz(values[3]))
+    p.add(arg_queue(fcinfo, 0).datum);
+    for (int a = from; a < from + 3; ++a)
+        p.add(PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a), PG_ARGISNULL(a));
+    bool has_after = !PG_ARGISNULL(from + 1), has_before = !PG_ARGISNULL(from + 2);
+    TimestampTz after = has_after ? PG_GETARG_TIMESTAMPTZ(from + 1) : 0;
+    TimestampTz before = has_before ? PG_GETARG_TIMESTAMPTZ(from + 2) : 0;
+    if ((has_after && TIMESTAMP_NOT_FINITE(after)) || (has_before && TIMESTAMP_NOT_FINITE(before)))
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("%s must be a finite time",
+                        has_after && TIMESTAMP_NOT_FINITE(after) ? "died_after" : "died_before")));
+    if (has_after && has_before && after >= before)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("died_after must be earlier than died_before")));
-    values[4] = Int32GetDatum(arg_count(fcinfo, max_arg, "max_jobs", kMaxDeadBatch));
-    nulls[4] = ' ';
+    p.add(Int32GetDatum(arg_count(fcinfo, max_arg, "max_jobs", kMaxDeadBatch)));
 }
 
-void check_queue(Datum queue)
+void check_queue_exists(Datum queue)
 {
-    Datum values[1] = {queue};
-    if (run(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
+    Params p;
+    p.add(queue);
+    if (execute(statements::queue_exists, p, SPI_OK_SELECT) == 0)
         raise_unknown_queue(TextDatumGetCString(queue));
 }
 
@@ -123,90 +120,72 @@ void check_queue(Datum queue)
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_top_failing_jobs)
+JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
 {
-    return guard("top_failing_jobs", [&]() -> Datum {
-        Access access = admit("top_failing_jobs", Duty::operator_);
-        Datum values[4];
-        char nulls[5] = "    ";
-        if (PG_ARGISNULL(0)) {
-            nulls[0] = 'n';
-            values[0] = (Datum) 0;
-        } else {
-            values[0] = arg_queue(fcinfo, 0).datum;
-        }
-        values[3] = Int32GetDatum(arg_count(fcinfo, 1, "n", kMaxDeadBatch));
-        TimestampTz until = PG_ARGISNULL(3) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(3);
-        TimestampTz since = PG_ARGISNULL(2) ? until - (int64) guc_stats_window_s * USECS_PER_SEC
-                                            : PG_GETARG_TIMESTAMPTZ(2);
-        if (TIMESTAMP_NOT_FINITE(since) || TIMESTAMP_NOT_FINITE(until) || since >= until)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("since must be a finite time earlier than until")));
-        values[1] = TimestampTzGetDatum(since);
-        values[2] = TimestampTzGetDatum(until);
-        InitMaterializedSRF(fcinfo, 0);
-        ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    bool all_queues = PG_ARGISNULL(0);
+    Datum queue = all_queues ? (Datum) 0 : arg_queue(fcinfo, 0).datum;
+    int32 n = arg_count(fcinfo, 1, "n", kMaxDeadBatch);
+    TimestampTz until = PG_ARGISNULL(3) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(3);
+    TimestampTz since = PG_ARGISNULL(2) ? until - (int64) guc_stats_window_s * USECS_PER_SEC
+                                        : PG_GETARG_TIMESTAMPTZ(2);
+    if (TIMESTAMP_NOT_FINITE(since) || TIMESTAMP_NOT_FINITE(until) || since >= until)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("since must be a finite time earlier than until")));
+    Params p;
+    p.add(queue, all_queues).add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(until));
+    p.add(Int32GetDatum(n));
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        connect(access);
-        uint64 rows = run(top_failing, values, nulls, SPI_OK_SELECT);
-        if (rows == 0 && nulls[0] == ' ')
-            check_queue(values[0]);
-        for (uint64 r = 0; r < rows; ++r) {
-            Datum v[11];
-            bool n[11];
-            for (int c = 0; c < 11; ++c)
-                v[c] = column(r, c + 1, &n[c]);
-            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
-        }
-        finish(access);
-        return (Datum) 0;
-    });
+    spi_open(access);
+    uint64 rows = execute(top_failing_jobs, p, SPI_OK_SELECT);
+    if (rows == 0 && !all_queues)
+        check_queue_exists(queue);
+    for (uint64 r = 0; r < rows; ++r) {
+        Datum v[11];
+        bool n[11];
+        for (int c = 0; c < 11; ++c)
+            v[c] = result_column(r, c + 1, &n[c]);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+    }
+    spi_close(access);
+    return (Datum) 0;
 }
 
-JOBCAP_FUNCTION(jobcap_requeue_dead)
+JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
 {
-    return guard("requeue_dead", [&]() -> Datum {
-        Access access = admit("requeue_dead", Duty::operator_);
-        // SQL: (queue, reason, error_like, died_after, died_before, max_jobs, extra_attempts)
-        Datum reason = arg_required(fcinfo, 1, "reason");
-        if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("reason must not be empty"),
-                            errhint("Say why the jobs deserve more attempts; it is kept in "
-                                    "each job's history.")));
-        Datum values[9];
-        char nulls[10] = "         ";
-        dead_filter(fcinfo, 2, 5, values, nulls);
-        values[5] = kept_text(DatumGetTextPP(reason));
-        int32 extra = 0;
-        bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
-        values[6] = Int32GetDatum(extra);
-        nulls[6] = has_extra ? ' ' : 'n';
-        values[7] = TimestampTzGetDatum(GetCurrentTimestamp());
-        values[8] = caller_name(access);
+    // SQL: (queue, reason, error_like, died_after, died_before, max_jobs, extra_attempts)
+    Datum reason = arg_required(fcinfo, 1, "reason");
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(reason)) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("reason must not be empty"),
+                 errhint("Say why the jobs deserve more attempts; it is kept in "
+                         "each job's history.")));
+    Params p;
+    add_dead_filter(p, fcinfo, 2, 5);
+    p.add(kept_text(DatumGetTextPP(reason)));
+    int32 extra = 0;
+    bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
+    p.add(Int32GetDatum(extra), !has_extra);
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(caller_name(access));
 
-        connect(access);
-        check_queue(values[0]);
-        run(requeue_dead, values, nulls, SPI_OK_SELECT);
-        int32 requeued = DatumGetInt32(column(0, 1));
-        finish(access);
-        PG_RETURN_INT32(requeued);
-    });
+    spi_open(access);
+    check_queue_exists(p.values[0]);
+    execute(requeue_dead, p, SPI_OK_SELECT);
+    int32 requeued = DatumGetInt32(result_column(0, 1));
+    spi_close(access);
+    PG_RETURN_INT32(requeued);
 }
 
-JOBCAP_FUNCTION(jobcap_purge_dead)
+JOBCAP_FUNCTION(purge_dead, Duty::operator_)
 {
-    return guard("purge_dead", [&]() -> Datum {
-        Access access = admit("purge_dead", Duty::operator_);
-        Datum values[5];
-        char nulls[6] = "     ";
-        dead_filter(fcinfo, 1, 4, values, nulls);
+    Params p;
+    add_dead_filter(p, fcinfo, 1, 4);
 
-        connect(access);
-        check_queue(values[0]);
-        run(purge_dead, values, nulls, SPI_OK_SELECT);
-        int32 purged = DatumGetInt32(column(0, 1));
-        finish(access);
-        PG_RETURN_INT32(purged);
-    });
+    spi_open(access);
+    check_queue_exists(p.values[0]);
+    execute(purge_dead, p, SPI_OK_SELECT);
+    int32 purged = DatumGetInt32(result_column(0, 1));
+    spi_close(access);
+    PG_RETURN_INT32(purged);
 }

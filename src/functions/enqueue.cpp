@@ -2,6 +2,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
@@ -11,19 +12,17 @@ namespace {
 constexpr std::size_t kMaxDedupeKey = 1024;
 constexpr int kMaxEnqueueBatch = 100000;
 
-// run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues.
-void schedule_args(FunctionCallInfo fcinfo, int first, Datum* values, char* nulls)
+// Adds run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues.
+void add_schedule(Params& p, FunctionCallInfo fcinfo, int first)
 {
-    values[0] = arg_required(fcinfo, first, "run_at");
-    if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(values[0])))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("run_at must be a finite time")));
-    values[1] = arg_required(fcinfo, first + 1, "priority");
+    Datum run_at = arg_required(fcinfo, first, "run_at");
+    if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(run_at)))
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("run_at must be a finite time")));
+    p.add(run_at).add(arg_required(fcinfo, first + 1, "priority"));
     int32 cap = 0;
-    if (arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &cap))
-        values[2] = Int32GetDatum(cap);
-    else
-        nulls[2] = 'n';
+    bool has_cap = arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &cap);
+    p.add(Int32GetDatum(cap), !has_cap);
 }
 
 // Every payload of enqueue_jobs within jobcap.max_payload_bytes (array elements are never
@@ -39,7 +38,8 @@ void check_payload_sizes(ArrayType* payloads)
             ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                             errmsg("payload %d is too large (%zu bytes, at most %d)", i + 1,
                                    static_cast<size_t>(size), guc_max_payload_bytes),
-                            errhint("Store large data elsewhere and enqueue a reference to it, or raise jobcap.max_payload_bytes.")));
+                            errhint("Store large data elsewhere and enqueue a reference to it, or "
+                                    "raise jobcap.max_payload_bytes.")));
     }
 }
 }  // namespace
@@ -52,8 +52,7 @@ namespace statements {
 // Column 1 says whether to wake workers: only when a job was inserted (a dedupe hit enqueued
 // nothing, and re-enqueueing a dead key must leave the queue quiet). $8 = caller: a queue not
 // granted to it is no queue here (access.hpp).
-Statement insert_job = {
-    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+JOBCAP_STATEMENT(enqueue_job, "WITH q AS (SELECT queue, notify FROM jobcap.queues"
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"
     " ins AS (INSERT INTO jobcap.jobs"
     "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at)"
@@ -65,12 +64,10 @@ Statement insert_job = {
     "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
     " FROM q",
-    8, {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID},
-    nullptr, false, true};
+    {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // Many jobs, one statement: ids come back in the order of the payloads. $7 = caller.
-Statement insert_jobs = {
-    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+JOBCAP_STATEMENT(enqueue_jobs, "WITH q AS (SELECT queue, notify FROM jobcap.queues"
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at)"
     "         SELECT q.queue, p.payload, $3, $4, $5, $6"
@@ -78,14 +75,11 @@ Statement insert_jobs = {
     "         RETURNING job_id)"
     " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
     " FROM q",
-    7, {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
-    nullptr, false, true};
+    {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 }  // namespace statements
 
 namespace {
-
-Statement queue_exists = {"SELECT FROM jobcap.queues WHERE queue = $1", 1, {TEXTOID}, nullptr};
 
 // At READ COMMITTED the insert's snapshot is taken after its lock on jobcap.jobs, which
 // drop_queue's lock excludes, so a queue it saw cannot be dropped under it. A REPEATABLE READ
@@ -95,12 +89,16 @@ void check_queue_survived(const NameArg& queue)
 {
     if (!IsolationUsesXactSnapshot())
         return;
-    Datum values[1] = {queue.datum};
-    if (run_fresh(queue_exists, values, nullptr, SPI_OK_SELECT) == 0)
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("could not enqueue into queue \"%s\": it was dropped by a concurrent transaction",
-                               queue.cstr),
-                        errhint("Retry the transaction.")));
+    Params p;
+    p.add(queue.datum);
+    if (execute_fresh(statements::queue_exists, p, SPI_OK_SELECT) == 0)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+             errmsg(
+                 "could not enqueue into queue \"%s\": it was dropped by a concurrent transaction",
+                 queue.cstr),
+             errhint("Retry the transaction.")));
 }
 
 }  // namespace
@@ -108,95 +106,84 @@ void check_queue_survived(const NameArg& queue)
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_enqueue_job)
+JOBCAP_FUNCTION(enqueue_job, Duty::worker)
 {
-    return guard("enqueue_job", [&]() -> Datum {
-        Access access = admit("enqueue_job", Duty::worker);
-        NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[8];
-        char nulls[9] = "        ";
-        values[0] = queue.datum;
-        values[1] = arg_payload(fcinfo, 1);
-        schedule_args(fcinfo, 2, values + 2, nulls + 2);
-        if (PG_ARGISNULL(5)) {
-            nulls[5] = 'n';
-            values[5] = (Datum) 0;
-        } else {
-            text* key = PG_GETARG_TEXT_PP(5);
-            std::size_t len = VARSIZE_ANY_EXHDR(key);
-            if (len == 0 || len > kMaxDedupeKey)
-                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                                errmsg("dedupe_key must be 1 to %d bytes, not %zu",
-                                       static_cast<int>(kMaxDedupeKey), len)));
-            values[5] = PointerGetDatum(key);
-        }
-        values[6] = TimestampTzGetDatum(GetCurrentTimestamp());
-        values[7] = caller_param(access, &nulls[7]);
+    NameArg queue = arg_queue(fcinfo, 0);
+    Params p;
+    p.add(queue.datum).add(arg_payload(fcinfo, 1));
+    add_schedule(p, fcinfo, 2);
+    if (PG_ARGISNULL(5)) {
+        p.add((Datum) 0, true);
+    } else {
+        text* key = PG_GETARG_TEXT_PP(5);
+        std::size_t len = VARSIZE_ANY_EXHDR(key);
+        if (len == 0 || len > kMaxDedupeKey)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("dedupe_key must be 1 to %d bytes, not %zu",
+                                   static_cast<int>(kMaxDedupeKey), len)));
+        p.add(PointerGetDatum(key));
+    }
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
 
-        connect(access);
-        int64 job_id = 0;
-        bool notify = false;
-        // A miss happens only when a job holding the key commits between the insert's conflict
-        // check and the lookup; at READ COMMITTED the next try sees it.
-        for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
-            if (run(statements::insert_job, values, nulls, SPI_OK_SELECT) == 0) {
-                // Raises unless the queue appeared since the statement's snapshot: then retry.
-                check_queue(access, "enqueue_job", queue.datum, queue.cstr);
-                continue;
-            }
-            bool missing = false;
-            Datum id = column(0, 2, &missing);
-            notify = DatumGetBool(column(0, 1));
-            if (!missing)
-                job_id = DatumGetInt64(id);
+    spi_open(access);
+    int64 job_id = 0;
+    bool notify = false;
+    // A miss happens only when a job holding the key commits between the insert's conflict
+    // check and the lookup; at READ COMMITTED the next try sees it.
+    for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
+        if (execute(statements::enqueue_job, p, SPI_OK_SELECT) == 0) {
+            // Raises unless the queue appeared since the statement's snapshot: then retry.
+            check_queue(access, function, queue.datum, queue.cstr);
+            continue;
         }
-        if (job_id == 0)
-            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                            errmsg("could not enqueue into queue \"%s\": its dedupe key kept changing hands",
-                                   queue.cstr),
-                            errhint("Retry the transaction.")));
-        check_queue_survived(queue);
-        finish(access);
-        if (notify)
-            Async_Notify("jobcap", queue.cstr);
-        PG_RETURN_INT64(job_id);
-    });
+        bool missing = false;
+        Datum id = result_column(0, 2, &missing);
+        notify = DatumGetBool(result_column(0, 1));
+        if (!missing)
+            job_id = DatumGetInt64(id);
+    }
+    if (job_id == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("could not enqueue into queue \"%s\": its dedupe key kept changing hands",
+                        queue.cstr),
+                 errhint("Retry the transaction.")));
+    check_queue_survived(queue);
+    spi_close(access);
+    if (notify)
+        Async_Notify("jobcap", queue.cstr);
+    PG_RETURN_INT64(job_id);
 }
 
-JOBCAP_FUNCTION(jobcap_enqueue_jobs)
+JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
 {
-    return guard("enqueue_jobs", [&]() -> Datum {
-        Access access = admit("enqueue_jobs", Duty::worker);
-        NameArg queue = arg_queue(fcinfo, 0);
-        Datum values[7];
-        char nulls[8] = "       ";
-        values[0] = queue.datum;
-        values[1] = arg_required(fcinfo, 1, "payloads");
-        ArrayType* payloads = DatumGetArrayTypeP(values[1]);
-        int count = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
-        if (count > kMaxEnqueueBatch)
-            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                            errmsg("cannot enqueue %d jobs in one call", count),
-                            errhint("Enqueue at most %d jobs per call.", kMaxEnqueueBatch)));
-        if (array_contains_nulls(payloads))
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                            errmsg("payloads must not contain nulls")));
-        check_payload_sizes(payloads);
-        schedule_args(fcinfo, 2, values + 2, nulls + 2);
-        values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
-        values[6] = caller_param(access, &nulls[6]);
+    NameArg queue = arg_queue(fcinfo, 0);
+    Datum payloads_arg = arg_required(fcinfo, 1, "payloads");
+    ArrayType* payloads = DatumGetArrayTypeP(payloads_arg);
+    int count = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
+    if (count > kMaxEnqueueBatch)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("cannot enqueue %d jobs in one call", count),
+                        errhint("Enqueue at most %d jobs per call.", kMaxEnqueueBatch)));
+    if (array_contains_nulls(payloads))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("payloads must not contain nulls")));
+    check_payload_sizes(payloads);
+    Params p;
+    p.add(queue.datum).add(payloads_arg);
+    add_schedule(p, fcinfo, 2);
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
 
-        connect(access);
-        if (run(statements::insert_jobs, values, nulls, SPI_OK_SELECT) == 0) {
-            check_queue(access, "enqueue_jobs", queue.datum, queue.cstr);
-            raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
-        }
-        bool notify = DatumGetBool(column(0, 1)) && count > 0;
-        Datum ids = SPI_datumTransfer(column(0, 2), false, -1);
-        check_queue_survived(queue);
-        finish(access);
-        if (notify)
-            Async_Notify("jobcap", queue.cstr);
-        PG_RETURN_DATUM(ids);
-    });
+    spi_open(access);
+    if (execute(statements::enqueue_jobs, p, SPI_OK_SELECT) == 0) {
+        check_queue(access, function, queue.datum, queue.cstr);
+        raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
+    }
+    bool notify = DatumGetBool(result_column(0, 1)) && count > 0;
+    Datum ids = SPI_datumTransfer(result_column(0, 2), false, -1);
+    check_queue_survived(queue);
+    spi_close(access);
+    if (notify)
+        Async_Notify("jobcap", queue.cstr);
+    PG_RETURN_DATUM(ids);
 }

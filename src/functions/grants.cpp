@@ -4,6 +4,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/plans.hpp"
 
 extern "C" {
@@ -14,22 +15,21 @@ namespace jobcap {
 namespace {
 
 // Nothing is inserted when the queue does not exist or the grant is already there.
-Statement insert_grant = {
-    "INSERT INTO jobcap.queue_grants (queue, grantee, granted_by, granted_at)"
-    " SELECT q.queue, $2, $3, $4 FROM jobcap.queues q WHERE q.queue = $1"
-    " ON CONFLICT (queue, grantee) DO NOTHING",
-    4, {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}, nullptr};
+JOBCAP_STATEMENT(insert_grant,
+                 "INSERT INTO jobcap.queue_grants (queue, grantee, granted_by, granted_at)"
+                 " SELECT q.queue, $2, $3, $4 FROM jobcap.queues q WHERE q.queue = $1"
+                 " ON CONFLICT (queue, grantee) DO NOTHING",
+                 {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
 
-Statement delete_grant = {
-    "DELETE FROM jobcap.queue_grants WHERE queue = $1 AND grantee = $2", 2, {TEXTOID, TEXTOID},
-    nullptr};
+JOBCAP_STATEMENT(delete_grant, "DELETE FROM jobcap.queue_grants WHERE queue = $1 AND grantee = $2",
+                 {TEXTOID, TEXTOID});
 
 // A role name as PostgreSQL stores it: 1 to NAMEDATALEN - 1 bytes, taken literally (no case
 // folding, no quotes), like pg_has_role's name arguments.
 const char* arg_role(FunctionCallInfo fcinfo, int n)
 {
     if (PG_ARGISNULL(n))
-        raise(core::check_not_null("role", true));
+        raise_problem(core::check_not_null("role", true));
     text* t = PG_GETARG_TEXT_PP(n);
     std::size_t len = VARSIZE_ANY_EXHDR(t);
     if (len == 0 || len >= NAMEDATALEN)
@@ -43,41 +43,37 @@ const char* arg_role(FunctionCallInfo fcinfo, int n)
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_grant_queue)
+JOBCAP_FUNCTION(grant_queue, Duty::owner)
 {
-    return guard("grant_queue", [&]() -> Datum {
-        Access access = admit("grant_queue", Duty::owner);
-        NameArg queue = arg_queue(fcinfo, 0);
-        const char* role = arg_role(fcinfo, 1);
-        if (!OidIsValid(get_role_oid(role, true)))
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                            errmsg("role \"%s\" does not exist", role),
-                            errhint("To let every worker role work the queue, grant it to jobcap_worker.")));
-        Datum values[4] = {queue.datum, CStringGetTextDatum(role), caller_name(access),
-                           TimestampTzGetDatum(GetCurrentTimestamp())};
+    NameArg queue = arg_queue(fcinfo, 0);
+    const char* role = arg_role(fcinfo, 1);
+    if (!OidIsValid(get_role_oid(role, true)))
+        ereport(ERROR,
+                (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("role \"%s\" does not exist", role),
+                 errhint("To let every worker role work the queue, grant it to jobcap_worker.")));
+    Params p;
+    p.add(queue.datum).add(CStringGetTextDatum(role)).add(caller_name(access));
+    p.add(TimestampTzGetDatum(GetCurrentTimestamp()));
 
-        connect(access);
-        bool granted = run(insert_grant, values, nullptr, SPI_OK_INSERT) > 0;
-        if (!granted)
-            check_queue(access, "grant_queue", queue.datum, queue.cstr);
-        finish(access);
-        PG_RETURN_BOOL(granted);
-    });
+    spi_open(access);
+    bool granted = execute(insert_grant, p, SPI_OK_INSERT) > 0;
+    if (!granted)
+        check_queue(access, function, queue.datum, queue.cstr);
+    spi_close(access);
+    PG_RETURN_BOOL(granted);
 }
 
-JOBCAP_FUNCTION(jobcap_revoke_queue)
+JOBCAP_FUNCTION(revoke_queue, Duty::owner)
 {
-    return guard("revoke_queue", [&]() -> Datum {
-        Access access = admit("revoke_queue", Duty::owner);
-        NameArg queue = arg_queue(fcinfo, 0);
-        // The role need not exist any more: a dropped role's grants are revoked the same way.
-        Datum values[2] = {queue.datum, CStringGetTextDatum(arg_role(fcinfo, 1))};
+    NameArg queue = arg_queue(fcinfo, 0);
+    // The role need not exist any more: a dropped role's grants are revoked the same way.
+    Params p;
+    p.add(queue.datum).add(CStringGetTextDatum(arg_role(fcinfo, 1)));
 
-        connect(access);
-        bool revoked = run(delete_grant, values, nullptr, SPI_OK_DELETE) > 0;
-        if (!revoked)
-            check_queue(access, "revoke_queue", queue.datum, queue.cstr);
-        finish(access);
-        PG_RETURN_BOOL(revoked);
-    });
+    spi_open(access);
+    bool revoked = execute(delete_grant, p, SPI_OK_DELETE) > 0;
+    if (!revoked)
+        check_queue(access, function, queue.datum, queue.cstr);
+    spi_close(access);
+    PG_RETURN_BOOL(revoked);
 }

@@ -3,6 +3,7 @@
 // postgres_exporter query. Names are fixed and checked; queue names are escaped as label values.
 #include "spi/access.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/plans.hpp"
 #include "functions/stats.hpp"
 
@@ -78,71 +79,65 @@ const PerQueue kWindowCounts[] = {
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_metrics)
+JOBCAP_FUNCTION(metrics, Duty::operator_)
 {
-    (void) fcinfo;  // no arguments
-    return guard("metrics", [&]() -> Datum {
-        Access access = admit("metrics", Duty::operator_);
-        StatsWindow w = {};
-        w.now = GetCurrentTimestamp();
-        w.until = w.now;
-        w.since = w.now - (int64) guc_stats_window_s * USECS_PER_SEC;
+    StatsWindow w = {};
+    w.now = GetCurrentTimestamp();
+    w.until = w.now;
+    w.since = w.now - (int64) guc_stats_window_s * USECS_PER_SEC;
 
-        connect(access);
-        QueueStats* stats = nullptr;
-        uint64 rows = collect_stats(w, &stats);
-        finish(access);
+    spi_open(access);
+    QueueStats* stats = nullptr;
+    uint64 rows = collect_stats(w, &stats);
+    spi_close(access);
 
-        StringInfoData out;
-        initStringInfo(&out);
-        help_and_type(&out, "jobcap_jobs", "gauge",
-                      "Jobs in each state now; pending counts due jobs, scheduled those whose "
-                      "run_at is ahead, dead those kept until requeued or pruned.");
-        static const char* const kStates[] = {"pending", "scheduled", "running", "dead"};
-        for (uint64 r = 0; r < rows; ++r) {
-            int64 n[] = {stats[r].pending, stats[r].scheduled, stats[r].running, stats[r].dead};
-            for (int s = 0; s < 4; ++s)
-                sample(&out, "jobcap_jobs", stats[r].queue, "state", kStates[s], (double) n[s]);
-        }
-        help_and_type(&out, "jobcap_oldest_pending_age_seconds", "gauge",
-                      "Age of the oldest due pending job (since its run_at); 0 when none is due.");
+    StringInfoData out;
+    initStringInfo(&out);
+    help_and_type(&out, "jobcap_jobs", "gauge",
+                  "Jobs in each state now; pending counts due jobs, scheduled those whose "
+                  "run_at is ahead, dead those kept until requeued or pruned.");
+    static const char* const kStates[] = {"pending", "scheduled", "running", "dead"};
+    for (uint64 r = 0; r < rows; ++r) {
+        int64 n[] = {stats[r].pending, stats[r].scheduled, stats[r].running, stats[r].dead};
+        for (int s = 0; s < 4; ++s)
+            sample(&out, "jobcap_jobs", stats[r].queue, "state", kStates[s], (double) n[s]);
+    }
+    help_and_type(&out, "jobcap_oldest_pending_age_seconds", "gauge",
+                  "Age of the oldest due pending job (since its run_at); 0 when none is due.");
+    for (uint64 r = 0; r < rows; ++r)
+        sample(&out, "jobcap_oldest_pending_age_seconds", stats[r].queue, nullptr, nullptr,
+               stats[r].has_oldest ? stats[r].oldest_pending_sec : 0.0);
+    help_and_type(&out, "jobcap_window_seconds", "gauge",
+                  "Length of the window of the jobcap_window_* figures (jobcap.stats_window).");
+    sample(&out, "jobcap_window_seconds", nullptr, nullptr, nullptr, (double) guc_stats_window_s);
+    for (const PerQueue& m : kWindowCounts) {
+        if (m.counted && !w.counted)
+            continue;
+        help_and_type(&out, m.name, "gauge", m.help);
         for (uint64 r = 0; r < rows; ++r)
-            sample(&out, "jobcap_oldest_pending_age_seconds", stats[r].queue, nullptr, nullptr,
-                   stats[r].has_oldest ? stats[r].oldest_pending_sec : 0.0);
-        help_and_type(&out, "jobcap_window_seconds", "gauge",
-                      "Length of the window of the jobcap_window_* figures (jobcap.stats_window).");
-        sample(&out, "jobcap_window_seconds", nullptr, nullptr, nullptr,
-               (double) guc_stats_window_s);
-        for (const PerQueue& m : kWindowCounts) {
-            if (m.counted && !w.counted)
-                continue;
-            help_and_type(&out, m.name, "gauge", m.help);
-            for (uint64 r = 0; r < rows; ++r)
-                sample(&out, m.name, stats[r].queue, nullptr, nullptr,
-                       (double) (stats[r].*m.field));
-        }
-        // Quantiles only where some job finished in the window after a claim.
-        const char* p_names[] = {"jobcap_window_claim_latency_p50_seconds",
-                                 "jobcap_window_claim_latency_p95_seconds"};
-        const char* p_help[] = {
-            "Median wait from enqueue to first claim of the jobs that finished in the window.",
-            "95th percentile wait from enqueue to first claim of the jobs that finished in the "
-            "window."};
-        for (int p = 0; p < 2; ++p) {
-            help_and_type(&out, p_names[p], "gauge", p_help[p]);
-            for (uint64 r = 0; r < rows; ++r)
-                if (stats[r].has_latency)
-                    sample(&out, p_names[p], stats[r].queue, nullptr, nullptr,
-                           p == 0 ? stats[r].latency_p50 : stats[r].latency_p95);
-        }
-        if (rows > 0) {
-            help_and_type(&out, "jobcap_counts_lag_seconds", "gauge",
-                          "How far behind now the counts of finished jobs are "
-                          "(jobcap.refresh_stats; "
-                          "the background worker keeps this to a few seconds).");
-            sample(&out, "jobcap_counts_lag_seconds", nullptr, nullptr, nullptr,
-                   (double) (w.now - w.counted_until) / USECS_PER_SEC);
-        }
-        PG_RETURN_TEXT_P(cstring_to_text_with_len(out.data, out.len));
-    });
+            sample(&out, m.name, stats[r].queue, nullptr, nullptr, (double) (stats[r].*m.field));
+    }
+    // Quantiles only where some job finished in the window after a claim.
+    const char* p_names[] = {"jobcap_window_claim_latency_p50_seconds",
+                             "jobcap_window_claim_latency_p95_seconds"};
+    const char* p_help[] = {
+        "Median wait from enqueue to first claim of the jobs that finished in the window.",
+        "95th percentile wait from enqueue to first claim of the jobs that finished in the "
+        "window."};
+    for (int p = 0; p < 2; ++p) {
+        help_and_type(&out, p_names[p], "gauge", p_help[p]);
+        for (uint64 r = 0; r < rows; ++r)
+            if (stats[r].has_latency)
+                sample(&out, p_names[p], stats[r].queue, nullptr, nullptr,
+                       p == 0 ? stats[r].latency_p50 : stats[r].latency_p95);
+    }
+    if (rows > 0) {
+        help_and_type(&out, "jobcap_counts_lag_seconds", "gauge",
+                      "How far behind now the counts of finished jobs are "
+                      "(jobcap.refresh_stats; "
+                      "the background worker keeps this to a few seconds).");
+        sample(&out, "jobcap_counts_lag_seconds", nullptr, nullptr, nullptr,
+               (double) (w.now - w.counted_until) / USECS_PER_SEC);
+    }
+    PG_RETURN_TEXT_P(cstring_to_text_with_len(out.data, out.len));
 }

@@ -17,6 +17,7 @@
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
@@ -39,13 +40,14 @@ void define_stats_settings()
                             "Sets the window of jobcap.queue_stats, top_failing_jobs and metrics.",
                             "Failures, deaths, completions and claim latency are counted over "
                             "this much time up to now.",
-                            &guc_stats_window_s, 3600, 60, 86400, PGC_USERSET, GUC_UNIT_S,
-                            nullptr, nullptr, nullptr);
+                            &guc_stats_window_s, 3600, 60, 86400, PGC_USERSET, GUC_UNIT_S, nullptr,
+                            nullptr, nullptr);
 }
 
 // The claim latency bin of ms (a float8 expression, not NULL): see core/stats.hpp.
-#define JOBCAP_LATENCY_BIN_SQL(MS)                                                                \
-    "(CASE WHEN " MS " >= 1 THEN least(109, 1 + floor(4 * ln(" MS ") / ln(2::float8)))"           \
+#define JOBCAP_LATENCY_BIN_SQL(MS)                                                                 \
+    "(CASE WHEN " MS " >= 1 THEN least(109, 1 + floor(4 * ln(" MS                                  \
+    ") / ln(2::float8)))"                                                                          \
     " ELSE 0 END)::smallint"
 static_assert(core::kLatencyBins == 110 && core::kLatencyBinsPerDoubling == 4,
               "JOBCAP_LATENCY_BIN_SQL spells out the bins of core/stats.hpp");
@@ -53,7 +55,8 @@ static_assert(core::kLatencyBins == 110 && core::kLatencyBinsPerDoubling == 4,
 namespace statements {
 
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
-Statement queue_stats = {
+JOBCAP_STATEMENT(
+    queue_stats,
     "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"
     "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"
     "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"
@@ -86,15 +89,14 @@ Statement queue_stats = {
     "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"
     "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"
     " ORDER BY q.queue",
-    3, {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
+    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // Counts the jobs that finished in ($1, upto], where upto is $2 (the settled horizon) or, when
 // more than $3 jobs finished by then, the finishing time of the $3-th (a job is counted in the
 // call that covers its finished_at, so ties are counted together). Each job adds to its queue's
 // minute of finishing: succeeded or cancelled, and its claim latency when it was ever claimed.
 // Dead jobs are counted from jobs_dead directly. Minutes older than 25 hours go.
-Statement refresh_stats = {
-    "WITH upto AS (SELECT coalesce((SELECT x.f FROM ("
+JOBCAP_STATEMENT(refresh_stats, "WITH upto AS (SELECT coalesce((SELECT x.f FROM ("
     "     (SELECT j.finished_at AS f FROM jobcap.jobs j WHERE j.state = 'succeeded'"
     "       AND j.finished_at > $1 AND j.finished_at <= $2 ORDER BY j.finished_at LIMIT $3)"
     "     UNION ALL (SELECT j.finished_at FROM jobcap.jobs j WHERE j.state = 'dead'"
@@ -124,15 +126,15 @@ Statement refresh_stats = {
     " progress AS (UPDATE jobcap.stats_progress SET counted_until = (SELECT t FROM upto)"
     "   RETURNING counted_until)"
     " SELECT (SELECT count(*) FROM fin), (SELECT counted_until FROM progress)",
-    3, {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+    {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 }  // namespace statements
 
 namespace {
 
 // One counter at a time: the worker and a scheduled refresh_stats() never count a job twice.
-Statement lock_progress = {
-    "SELECT counted_until FROM jobcap.stats_progress FOR UPDATE SKIP LOCKED", 0, {}, nullptr};
+JOBCAP_STATEMENT(lock_progress,
+                 "SELECT counted_until FROM jobcap.stats_progress FOR UPDATE SKIP LOCKED", {});
 
 // The oldest transaction of this database that may still commit a death, a failure or a
 // completion: one that has written, or is running a statement (or a fast-path call). Its writes
@@ -141,7 +143,8 @@ Statement lock_progress = {
 // sessions hidden from this role, sessions with track_activities off ('disabled': no start
 // time), and prepared transactions of this database (no session; their writes may date from
 // any time before they were prepared).
-Statement oldest_writer = {
+JOBCAP_STATEMENT(
+    oldest_writer,
     "SELECT min(a.xact_start) FILTER (WHERE a.backend_xid IS NOT NULL"
     "         OR a.state IN ('active', 'fastpath function call')),"
     "       count(*) FILTER (WHERE (a.state IS NULL AND a.query = '<insufficient privilege>')"
@@ -151,7 +154,7 @@ Statement oldest_writer = {
     " FROM pg_catalog.pg_stat_activity a"
     " WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()"
     "   AND a.backend_type IS DISTINCT FROM 'autovacuum worker'",
-    0, {}, nullptr};
+    {});
 
 Datum seconds_interval(double seconds)
 {
@@ -169,13 +172,13 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
     // pg_stat_activity is read once per transaction and then served from a copy: a second
     // look in the same transaction would see sessions as they were. Read it afresh.
     pgstat_clear_backend_activity_snapshot();
-    run(oldest_writer, nullptr, nullptr, SPI_OK_SELECT);
-    Datum oldest = column(0, 1, &null);
+    execute(oldest_writer, Params(), SPI_OK_SELECT);
+    Datum oldest = result_column(0, 1, &null);
     if (!null && DatumGetTimestampTz(oldest) < horizon)
         horizon = DatumGetTimestampTz(oldest);
     // A transaction open for ages must not stall the window: it may miss its own writes.
     TimestampTz floor = now - (int64) 5 * guc_report_interval_s * USECS_PER_SEC;
-    if (DatumGetInt64(column(0, 2)) > 0 || horizon < floor)
+    if (DatumGetInt64(result_column(0, 2)) > 0 || horizon < floor)
         horizon = floor;
     if (horizon < since)
         horizon = since;
@@ -184,24 +187,25 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
 
 uint64 collect_stats(StatsWindow& w, QueueStats** out)
 {
-    Datum values[3] = {TimestampTzGetDatum(w.since), TimestampTzGetDatum(w.until),
-                       TimestampTzGetDatum(w.now)};
-    uint64 rows = run(statements::queue_stats, values, nullptr, SPI_OK_SELECT);
+    Params p;
+    p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
+    p.add(TimestampTzGetDatum(w.now));
+    uint64 rows = execute(statements::queue_stats, p, SPI_OK_SELECT);
     QueueStats* stats = static_cast<QueueStats*>(SPI_palloc(sizeof(QueueStats) * (rows + 1)));
     memset(stats, 0, sizeof(QueueStats) * (rows + 1));
     w.counted = false;
     w.counted_until = 0;
     for (uint64 r = 0; r < rows; ++r) {
         QueueStats& s = stats[r];
-        text_to_cstring_buffer(DatumGetTextPP(column(r, 1)), s.queue, sizeof s.queue);
-        int64* n[] = {&s.pending, &s.scheduled, &s.running, &s.dead, &s.succeeded,
-                      &s.cancelled, &s.failed_attempts, &s.failing_jobs, &s.lost_leases,
-                      &s.crashed_jobs, &s.new_dead};
+        text_to_cstring_buffer(DatumGetTextPP(result_column(r, 1)), s.queue, sizeof s.queue);
+        int64* n[] = {&s.pending,     &s.scheduled,    &s.running,         &s.dead,
+                      &s.succeeded,   &s.cancelled,    &s.failed_attempts, &s.failing_jobs,
+                      &s.lost_leases, &s.crashed_jobs, &s.new_dead};
         for (int c = 0; c < 11; ++c)
-            *n[c] = DatumGetInt64(column(r, c + 2));
+            *n[c] = DatumGetInt64(result_column(r, c + 2));
 
         bool no_bins = false;
-        Datum bins = column(r, 13, &no_bins);
+        Datum bins = result_column(r, 13, &no_bins);
         if (!no_bins) {
             Datum* b = nullptr;
             Datum* j = nullptr;
@@ -209,7 +213,7 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
             int nj = 0;
             deconstruct_array(DatumGetArrayTypeP(bins), INT2OID, 2, true, TYPALIGN_SHORT, &b,
                               nullptr, &nb);
-            deconstruct_array(DatumGetArrayTypeP(column(r, 14)), INT8OID, 8, FLOAT8PASSBYVAL,
+            deconstruct_array(DatumGetArrayTypeP(result_column(r, 14)), INT8OID, 8, FLOAT8PASSBYVAL,
                               TYPALIGN_DOUBLE, &j, nullptr, &nj);
             int16* bin = static_cast<int16*>(palloc(sizeof(int16) * (nb + 1)));
             int64* jobs = static_cast<int64*>(palloc(sizeof(int64) * (nb + 1)));
@@ -218,15 +222,14 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
                 jobs[i] = DatumGetInt64(j[i]);
             }
             int count = Min(nb, nj);
-            s.has_latency =
-                core::latency_quantile(bin, jobs, count, 0.5, &s.latency_p50) &&
-                core::latency_quantile(bin, jobs, count, 0.95, &s.latency_p95);
+            s.has_latency = core::latency_quantile(bin, jobs, count, 0.5, &s.latency_p50) &&
+                            core::latency_quantile(bin, jobs, count, 0.95, &s.latency_p95);
         }
         bool no_oldest = false;
-        Datum oldest = column(r, 15, &no_oldest);
+        Datum oldest = result_column(r, 15, &no_oldest);
         s.has_oldest = !no_oldest;
         s.oldest_pending_sec = no_oldest ? 0.0 : DatumGetFloat8(oldest);
-        w.counted_until = DatumGetTimestampTz(column(r, 16));
+        w.counted_until = DatumGetTimestampTz(result_column(r, 16));
     }
     if (rows == 0) {
         // No queue: the watermark still tells whether counting runs.
@@ -239,89 +242,84 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
 
 int64 refresh_counts(int32 max_jobs)
 {
-    if (run(lock_progress, nullptr, nullptr, SPI_OK_SELECT) == 0)
+    if (execute(lock_progress, Params(), SPI_OK_SELECT) == 0)
         return -1;
-    TimestampTz since = DatumGetTimestampTz(column(0, 1));
+    TimestampTz since = DatumGetTimestampTz(result_column(0, 1));
     TimestampTz horizon = settled_horizon(GetCurrentTimestamp(), since);
-    Datum values[3] = {TimestampTzGetDatum(since), TimestampTzGetDatum(horizon),
-                       Int32GetDatum(max_jobs)};
-    run(statements::refresh_stats, values, nullptr, SPI_OK_SELECT);
-    return DatumGetInt64(column(0, 1));
+    Params p;
+    p.add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(horizon));
+    p.add(Int32GetDatum(max_jobs));
+    execute(statements::refresh_stats, p, SPI_OK_SELECT);
+    return DatumGetInt64(result_column(0, 1));
 }
 
 }  // namespace jobcap
 
 using namespace jobcap;
 
-JOBCAP_FUNCTION(jobcap_queue_stats_between)
+JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
 {
-    return guard("queue_stats_between", [&]() -> Datum {
-        Access access = admit("queue_stats_between", Duty::operator_);
-        StatsWindow w = {};
-        w.now = GetCurrentTimestamp();
-        w.until = PG_ARGISNULL(1) ? w.now : PG_GETARG_TIMESTAMPTZ(1);
-        w.since = PG_ARGISNULL(0) ? w.until - (int64) guc_stats_window_s * USECS_PER_SEC
-                                  : PG_GETARG_TIMESTAMPTZ(0);
-        if (TIMESTAMP_NOT_FINITE(w.since) || TIMESTAMP_NOT_FINITE(w.until))
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("since and until must be finite times")));
-        if (w.since >= w.until)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("since must be earlier than until")));
-        InitMaterializedSRF(fcinfo, 0);
-        ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    StatsWindow w = {};
+    w.now = GetCurrentTimestamp();
+    w.until = PG_ARGISNULL(1) ? w.now : PG_GETARG_TIMESTAMPTZ(1);
+    w.since = PG_ARGISNULL(0) ? w.until - (int64) guc_stats_window_s * USECS_PER_SEC
+                              : PG_GETARG_TIMESTAMPTZ(0);
+    if (TIMESTAMP_NOT_FINITE(w.since) || TIMESTAMP_NOT_FINITE(w.until))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("since and until must be finite times")));
+    if (w.since >= w.until)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("since must be earlier than until")));
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
-        connect(access);
-        QueueStats* stats = nullptr;
-        uint64 rows = collect_stats(w, &stats);
-        finish(access);
-        for (uint64 r = 0; r < rows; ++r) {
-            const QueueStats& s = stats[r];
-            Datum v[18];
-            bool nulls[18] = {};
-            v[0] = CStringGetTextDatum(s.queue);
-            v[1] = Int64GetDatum(s.pending);
-            v[2] = Int64GetDatum(s.scheduled);
-            v[3] = Int64GetDatum(s.running);
-            v[4] = Int64GetDatum(s.succeeded);
-            nulls[4] = !w.counted;
-            v[5] = Int64GetDatum(s.dead);
-            v[6] = Int64GetDatum(s.cancelled);
-            nulls[6] = !w.counted;
-            v[7] = Int64GetDatum(s.failed_attempts);
-            v[8] = Int64GetDatum(s.failing_jobs);
-            v[9] = Int64GetDatum(s.lost_leases);
-            v[10] = Int64GetDatum(s.crashed_jobs);
-            v[11] = Int64GetDatum(s.new_dead);
-            v[12] = s.has_latency ? seconds_interval(s.latency_p50) : (Datum) 0;
-            v[13] = s.has_latency ? seconds_interval(s.latency_p95) : (Datum) 0;
-            nulls[12] = nulls[13] = !s.has_latency;
-            v[14] = s.has_oldest ? seconds_interval(s.oldest_pending_sec) : (Datum) 0;
-            nulls[14] = !s.has_oldest;
-            v[15] = TimestampTzGetDatum(w.since);
-            v[16] = TimestampTzGetDatum(w.until);
-            v[17] = TimestampTzGetDatum(w.counted_until);
-            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
-        }
-        return (Datum) 0;
-    });
+    spi_open(access);
+    QueueStats* stats = nullptr;
+    uint64 rows = collect_stats(w, &stats);
+    spi_close(access);
+    for (uint64 r = 0; r < rows; ++r) {
+        const QueueStats& s = stats[r];
+        Datum v[18];
+        bool nulls[18] = {};
+        v[0] = CStringGetTextDatum(s.queue);
+        v[1] = Int64GetDatum(s.pending);
+        v[2] = Int64GetDatum(s.scheduled);
+        v[3] = Int64GetDatum(s.running);
+        v[4] = Int64GetDatum(s.succeeded);
+        nulls[4] = !w.counted;
+        v[5] = Int64GetDatum(s.dead);
+        v[6] = Int64GetDatum(s.cancelled);
+        nulls[6] = !w.counted;
+        v[7] = Int64GetDatum(s.failed_attempts);
+        v[8] = Int64GetDatum(s.failing_jobs);
+        v[9] = Int64GetDatum(s.lost_leases);
+        v[10] = Int64GetDatum(s.crashed_jobs);
+        v[11] = Int64GetDatum(s.new_dead);
+        v[12] = s.has_latency ? seconds_interval(s.latency_p50) : (Datum) 0;
+        v[13] = s.has_latency ? seconds_interval(s.latency_p95) : (Datum) 0;
+        nulls[12] = nulls[13] = !s.has_latency;
+        v[14] = s.has_oldest ? seconds_interval(s.oldest_pending_sec) : (Datum) 0;
+        nulls[14] = !s.has_oldest;
+        v[15] = TimestampTzGetDatum(w.since);
+        v[16] = TimestampTzGetDatum(w.until);
+        v[17] = TimestampTzGetDatum(w.counted_until);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+    }
+    return (Datum) 0;
 }
 
-JOBCAP_FUNCTION(jobcap_refresh_stats)
+JOBCAP_FUNCTION(refresh_stats, Duty::operator_)
 {
-    return guard("refresh_stats", [&]() -> Datum {
-        Access access = admit("refresh_stats", Duty::operator_);
-        int32 max_jobs = arg_count(fcinfo, 0, "max_jobs", 1000000);
-        if (IsolationUsesXactSnapshot())
-            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("cannot refresh jobcap statistics in a REPEATABLE READ or "
-                                   "SERIALIZABLE transaction"),
-                            errdetail("Jobs that finished after this transaction's snapshot "
-                                      "would never be counted."),
-                            errhint("Run jobcap.refresh_stats at READ COMMITTED.")));
-        connect(access);
-        int64 counted = refresh_counts(max_jobs);
-        finish(access);
-        PG_RETURN_INT64(counted < 0 ? 0 : counted);
-    });
+    int32 max_jobs = arg_count(fcinfo, 0, "max_jobs", 1000000);
+    if (IsolationUsesXactSnapshot())
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("cannot refresh jobcap statistics in a REPEATABLE READ or "
+                               "SERIALIZABLE transaction"),
+                        errdetail("Jobs that finished after this transaction's snapshot "
+                                  "would never be counted."),
+                        errhint("Run jobcap.refresh_stats at READ COMMITTED.")));
+    spi_open(access);
+    int64 counted = refresh_counts(max_jobs);
+    spi_close(access);
+    PG_RETURN_INT64(counted < 0 ? 0 : counted);
 }

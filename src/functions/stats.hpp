@@ -30,7 +30,7 @@ struct QueueStats {
     bool has_latency;       // any claim latency counted in the window
     double latency_p50;     // seconds
     double latency_p95;
-    bool has_oldest;        // any due pending job
+    bool has_oldest;  // any due pending job
     double oldest_pending_sec;
 };
 

@@ -1,6 +1,7 @@
 #include "spi/access.hpp"
 
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/plans.hpp"
 
 extern "C" {
@@ -33,29 +34,35 @@ Oid table_owner()
 
 [[noreturn]] void deny(const char* what, const char* detail, const char* hint)
 {
-    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("permission denied to %s", what),
-                    errdetail("%s", detail), errhint("%s", hint)));
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("permission denied to %s", what),
+             errdetail("%s", detail), errhint("%s", hint)));
     pg_unreachable();
 }
 
-Statement queue_access = {
+JOBCAP_STATEMENT(
+    queue_access,
     "SELECT EXISTS (SELECT FROM jobcap.queues WHERE queue = $1), " JOBCAP_MAY_WORK("$2", "$1"),
-    2, {TEXTOID, OIDOID}, nullptr, false, true};
+    {TEXTOID, OIDOID}, PlanKind::generic);
 
-Statement job_access = {
-    "SELECT " JOBCAP_MAY_WORK("$2", "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
-    2, {INT8OID, OIDOID}, nullptr, false, true};
+JOBCAP_STATEMENT(job_access,
+                 "SELECT " JOBCAP_MAY_WORK("$2",
+                                           "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
+                 {INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace
 
 Access admit(const char* function, Duty duty)
 {
     Access a = {GetUserId(), InvalidOid, false, InvalidOid, 0};
+    if (duty == Duty::anyone)
+        return a;
     a.owner = table_owner();
     a.privileged = superuser_arg(a.caller) || has_privs_of_role(a.caller, a.owner);
     if (a.privileged)
         return a;
     switch (duty) {
+    case Duty::anyone:
     case Duty::worker:
         break;  // the statements check the queue's grants
     case Duty::operator_: {
@@ -74,27 +81,26 @@ Access admit(const char* function, Duty duty)
     return a;
 }
 
-void connect(Access& a)
+void spi_open(Access& a)
 {
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "jobcap: SPI_connect failed");
     GetUserIdAndSecContext(&a.saved_user, &a.saved_context);
     // Restricted as well: nothing that runs as the owner can leave session state behind.
-    SetUserIdAndSecContext(a.owner, a.saved_context | SECURITY_LOCAL_USERID_CHANGE |
-                                        SECURITY_RESTRICTED_OPERATION);
+    SetUserIdAndSecContext(
+        a.owner, a.saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 }
 
-void finish(Access& a)
+void spi_close(Access& a)
 {
     SetUserIdAndSecContext(a.saved_user, a.saved_context);
     if (SPI_finish() != SPI_OK_FINISH)
         elog(ERROR, "jobcap: SPI_finish failed");
 }
 
-Datum caller_param(const Access& a, char* null)
+Params& Params::add_caller(const Access& a)
 {
-    *null = a.privileged ? 'n' : ' ';
-    return a.privileged ? (Datum) 0 : ObjectIdGetDatum(a.caller);
+    return add(ObjectIdGetDatum(a.caller), a.privileged);
 }
 
 Datum caller_name(const Access& a)
@@ -104,25 +110,25 @@ Datum caller_name(const Access& a)
 
 void check_queue(const Access& a, const char* function, Datum queue, const char* name)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {queue, caller_param(a, &nulls[1])};
-    run(queue_access, values, nulls, SPI_OK_SELECT);
-    if (!DatumGetBool(column(0, 2)))
+    Params p;
+    p.add(queue).add_caller(a);
+    execute(queue_access, p, SPI_OK_SELECT);
+    if (!DatumGetBool(result_column(0, 2)))
         deny_queue(function, name);
-    if (!DatumGetBool(column(0, 1)))
+    if (!DatumGetBool(result_column(0, 1)))
         raise_unknown_queue(name);
 }
 
 void check_job(const Access& a, const char* function, int64 job_id)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {Int64GetDatum(job_id), caller_param(a, &nulls[1])};
-    if (run(job_access, values, nulls, SPI_OK_SELECT) == 0) {
+    Params p;
+    p.add(Int64GetDatum(job_id)).add_caller(a);
+    if (execute(job_access, p, SPI_OK_SELECT) == 0) {
         if (a.privileged)
             raise_unknown_job(job_id);
         deny_job(function, job_id);
     }
-    if (!DatumGetBool(column(0, 1)))
+    if (!DatumGetBool(result_column(0, 1)))
         deny_job(function, job_id);
 }
 
@@ -139,7 +145,8 @@ void deny_job(const char* function, int64 job_id)
 {
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("permission denied for job %lld", static_cast<long long>(job_id)),
-                    errdetail("jobcap.%s works only jobs of queues granted to the calling role.", function),
+                    errdetail("jobcap.%s works only jobs of queues granted to the calling role.",
+                              function),
                     errhint("The owner grants a queue with jobcap.grant_queue(queue, role).")));
     pg_unreachable();
 }

@@ -2,7 +2,7 @@
 //
 // jobcap's functions are SECURITY INVOKER (with a pinned search_path), so PostgreSQL's EXECUTE
 // privilege is the first gate and current_user at entry is the caller. admit() then applies
-// jobcap's own rules to that caller, and connect()/finish() run jobcap's prepared statements as
+// jobcap's own rules to that caller, and spi_open()/spi_close() run jobcap's prepared statements as
 // the owner of its tables, switching the user around the SPI calls only, as PostgreSQL's
 // foreign-key triggers do (SetUserIdAndSecContext with SECURITY_LOCAL_USERID_CHANGE). An error
 // raised in between needs no cleanup here: transaction and subtransaction abort restore the
@@ -25,30 +25,27 @@
 namespace jobcap {
 
 enum class Duty : uint8 {
-    worker,    // per-queue grants decide
-    operator_, // jobcap_operator's privileges, every queue
-    owner,     // superusers and the owner's members only
+    anyone,     // no check and no table: pure functions (backoff)
+    worker,     // per-queue grants decide
+    operator_,  // jobcap_operator's privileges, every queue
+    owner,      // superusers and the owner's members only
 };
 
 struct Access {
-    Oid caller;          // GetUserId() at entry
-    Oid owner;           // owner of jobcap's tables: statements run as this role
-    bool privileged;     // superuser or member of the owner: no per-queue check
-    Oid saved_user;      // the caller's user and security context while switched
+    Oid caller;       // GetUserId() at entry
+    Oid owner;        // owner of jobcap's tables: statements run as this role
+    bool privileged;  // superuser or member of the owner: no per-queue check
+    Oid saved_user;   // the caller's user and security context while switched
     int saved_context;
 };
 
 // Checks that the caller may call a function of this duty at all (42501 otherwise) and
-// returns what connect() and the statements need.
+// returns what spi_open() and the statements need.
 Access admit(const char* function, Duty duty);
 
-// SPI_connect, then run as the owner. finish() switches back, then SPI_finish.
-void connect(Access& access);
-void finish(Access& access);
-
-// The $caller parameter of a statement that checks grants (type oid): the caller, or NULL for
-// a privileged caller, whom no grant is needed for. *null is set to SPI's null flag.
-Datum caller_param(const Access& access, char* null);
+// SPI_connect, then run as the owner. spi_close() switches back, then SPI_finish.
+void spi_open(Access& access);
+void spi_close(Access& access);
 
 // The caller's role name, for history rows written on its behalf.
 Datum caller_name(const Access& access);
@@ -69,7 +66,9 @@ void check_job(const Access& access, const char* function, int64 job_id);
 // SQL: true when the role in CALLER (an oid parameter; NULL = privileged) may work queue QUEUE
 // (a parameter or a QUALIFIED column: a bare "queue" would mean the grant's own column).
 // Grants name roles; a dropped or renamed role's grant matches nobody.
-#define JOBCAP_MAY_WORK(CALLER, QUEUE)                                                            \
-    "(" CALLER "::pg_catalog.oid IS NULL OR EXISTS (SELECT FROM jobcap.queue_grants g"            \
-    " WHERE g.queue = " QUEUE " AND pg_catalog.pg_has_role(" CALLER ","                           \
+#define JOBCAP_MAY_WORK(CALLER, QUEUE)                                                             \
+    "(" CALLER                                                                                     \
+    "::pg_catalog.oid IS NULL OR EXISTS (SELECT FROM jobcap.queue_grants g"                        \
+    " WHERE g.queue = " QUEUE " AND pg_catalog.pg_has_role(" CALLER                                \
+    ","                                                                                            \
     " pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee))::pg_catalog.oid, 'USAGE')))"

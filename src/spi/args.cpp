@@ -1,6 +1,7 @@
 #include "spi/args.hpp"
 
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "jobcap.hpp"
 
 extern "C" {
@@ -21,11 +22,11 @@ NameArg arg_name(FunctionCallInfo fcinfo, int n, const char* what, std::size_t m
         // Check the length before copying, so a huge name costs nothing.
         core::Problem p = core::check_name(what, VARDATA_ANY(t), len, max_bytes, false);
         if (p)
-            raise(p);
+            raise_problem(p);
         arg.cstr = text_to_cstring(t);
         return arg;
     }
-    raise(core::check_name(what, nullptr, 0, max_bytes, true));
+    raise_problem(core::check_name(what, nullptr, 0, max_bytes, true));
 }
 
 }  // namespace
@@ -46,7 +47,7 @@ int32 arg_count(FunctionCallInfo fcinfo, int n, const char* what, int64 max)
     int64 value = is_null ? 0 : PG_GETARG_INT32(n);
     core::Problem p = core::check_positive(what, value, max, is_null);
     if (p)
-        raise(p);
+        raise_problem(p);
     return static_cast<int32>(value);
 }
 
@@ -64,7 +65,7 @@ int64 arg_job_id(FunctionCallInfo fcinfo, int n)
     int64 value = is_null ? 0 : PG_GETARG_INT64(n);
     core::Problem p = core::check_positive("job_id", value, PG_INT64_MAX, is_null);
     if (p)
-        raise(p);
+        raise_problem(p);
     return value;
 }
 
@@ -72,7 +73,7 @@ int64 arg_fence(FunctionCallInfo fcinfo, int n)
 {
     core::Problem p = core::check_not_null("fence", PG_ARGISNULL(n));
     if (p)
-        raise(p);
+        raise_problem(p);
     return PG_GETARG_INT64(n);
 }
 
@@ -92,7 +93,7 @@ Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero
     }
     core::Problem p = core::check_span(what, span, allow_zero, PG_ARGISNULL(n));
     if (p)
-        raise(p);
+        raise_problem(p);
     if (is_null != nullptr)
         *is_null = false;
     return PG_GETARG_DATUM(n);
@@ -118,9 +119,10 @@ Datum arg_payload(FunctionCallInfo fcinfo, int n)
     Size size = toast_raw_datum_size(payload) - VARHDRSZ;
     if (size > static_cast<Size>(guc_max_payload_bytes))
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("payload is too large (%zu bytes, at most %d)", static_cast<size_t>(size),
-                               guc_max_payload_bytes),
-                        errhint("Store large data elsewhere and enqueue a reference to it, or raise jobcap.max_payload_bytes.")));
+                        errmsg("payload is too large (%zu bytes, at most %d)",
+                               static_cast<size_t>(size), guc_max_payload_bytes),
+                        errhint("Store large data elsewhere and enqueue a reference to it, or "
+                                "raise jobcap.max_payload_bytes.")));
     return payload;
 }
 
@@ -128,7 +130,7 @@ Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what)
 {
     core::Problem p = core::check_not_null(what, PG_ARGISNULL(n));
     if (p)
-        raise(p);
+        raise_problem(p);
     return PG_GETARG_DATUM(n);
 }
 

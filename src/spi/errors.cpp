@@ -1,7 +1,9 @@
 // The errors every family of functions shares: bad arguments, unknown objects, stale fences.
 #include "spi/access.hpp"
 #include "boundary.hpp"
+#include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/statements.hpp"
 
 namespace jobcap {
 namespace {
@@ -22,14 +24,18 @@ int sqlstate(core::Fault fault)
 
 // The current state and fence of a job, read only to explain a failed compare-and-swap, and
 // whether the caller ($2) may work it at all.
-Statement job_now = {
-    "SELECT state::text, fence, " JOBCAP_MAY_WORK("$2", "jobs.queue")
-    " FROM jobcap.jobs WHERE job_id = $1",
-    2, {INT8OID, OIDOID}, nullptr, false, true};
+JOBCAP_STATEMENT(job_now,
+                 "SELECT state::text, fence, " JOBCAP_MAY_WORK(
+                     "$2", "jobs.queue") " FROM jobcap.jobs WHERE job_id = $1",
+                 {INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace
 
-void raise(const core::Problem& problem)
+namespace statements {
+JOBCAP_STATEMENT(queue_exists, "SELECT FROM jobcap.queues WHERE queue = $1", {TEXTOID});
+}  // namespace statements
+
+void raise_problem(const core::Problem& problem)
 {
     ereport(ERROR, (errcode(sqlstate(problem.fault)), errmsg("%s", problem.message),
                     problem.hint[0] ? errhint("%s", problem.hint) : 0));
@@ -52,22 +58,24 @@ void raise_unknown_queue(const char* queue)
 
 void raise_not_current(const Access& access, const char* function, int64 job_id, int64 fence)
 {
-    char nulls[3] = {' ', ' ', '\0'};
-    Datum values[2] = {Int64GetDatum(job_id), caller_param(access, &nulls[1])};
+    Params p;
+    p.add(Int64GetDatum(job_id)).add_caller(access);
     // A caller denied the job's queue learns nothing more, not even whether the job exists.
-    if (run(job_now, values, nulls, SPI_OK_SELECT) == 0) {
+    if (execute(job_now, p, SPI_OK_SELECT) == 0) {
         if (access.privileged)
             raise_unknown_job(job_id);
         deny_job(function, job_id);
     }
-    if (!DatumGetBool(column(0, 3)))
+    if (!DatumGetBool(result_column(0, 3)))
         deny_job(function, job_id);
 
-    const char* state = TextDatumGetCString(column(0, 1));
-    int64 current = DatumGetInt64(column(0, 2));
+    const char* state = TextDatumGetCString(result_column(0, 1));
+    int64 current = DatumGetInt64(result_column(0, 2));
     const char* why;
     if (fence > current)
-        why = "That fence is newer than the job's: its claim rolled back, or it was never this job's.";
+        why =
+            "That fence is newer than the job's: its claim rolled back, or it was never this "
+            "job's.";
     else if (strcmp(state, "running") == 0 || fence < current)
         why = "The job's lease expired and it was claimed again under a newer fence.";
     else if (strcmp(state, "pending") == 0)

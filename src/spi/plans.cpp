@@ -2,15 +2,47 @@
 
 namespace jobcap {
 
+Statement* Statement::all = nullptr;
+
+Statement::Statement(const char* name_, const char* sql_, std::initializer_list<Oid> argtypes_,
+                     PlanKind kind_)
+    : name(name_),
+      sql(sql_),
+      nargs(static_cast<int>(argtypes_.size())),
+      argtypes(),
+      kind(kind_),
+      next(all)
+{
+    int i = 0;
+    for (Oid t : argtypes_)
+        if (i < kMaxStatementArgs)
+            argtypes[i++] = t;
+    all = this;
+}
+
+Params& Params::add(Datum value, bool is_null)
+{
+    if (count >= kMaxStatementArgs)
+        elog(ERROR, "jobcap: more than %d statement parameters", kMaxStatementArgs);
+    values[count] = is_null ? (Datum) 0 : value;
+    nulls[count++] = is_null ? 'n' : ' ';
+    nulls[count] = '\0';
+    return *this;
+}
+
 namespace {
 
 SPIPlanPtr prepared(Statement& s)
 {
     if (s.plan == nullptr) {
-        SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes,
-                                             s.steered || s.generic ? CURSOR_OPT_GENERIC_PLAN : 0);
+        if (s.nargs > kMaxStatementArgs)
+            elog(ERROR, "jobcap: statement %s has more than %d parameters", s.name,
+                 kMaxStatementArgs);
+        int options = s.kind == PlanKind::custom ? 0 : CURSOR_OPT_GENERIC_PLAN;
+        SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes, options);
         if (plan == nullptr)
-            elog(ERROR, "jobcap: could not prepare statement: %s", SPI_result_code_string(SPI_result));
+            elog(ERROR, "jobcap: could not prepare statement %s: %s", s.name,
+                 SPI_result_code_string(SPI_result));
         if (SPI_keepplan(plan) != 0)
             elog(ERROR, "jobcap: could not keep a prepared statement");
         s.plan = plan;
@@ -36,31 +68,40 @@ int execute_steered(SPIPlanPtr plan, Datum* values, const char* nulls)
     static const char* const kOff[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"};
     int nest = NewGUCNestLevel();
     for (const char* name : kOff)
-        (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
-                                 0, false);
+        (void) set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                                 false);
     int rc = SPI_execute_plan(plan, values, nulls, false, 0);
     AtEOXact_GUC(true, nest);
     return rc;
 }
 
+void check_count(const Statement& s, const Params& p)
+{
+    if (p.count != s.nargs)
+        elog(ERROR, "jobcap: statement %s takes %d parameters, %d given", s.name, s.nargs, p.count);
+}
+
 }  // namespace
 
-uint64 run(Statement& s, Datum* values, const char* nulls, int expected)
+uint64 execute(Statement& s, const Params& p, int expected)
 {
+    check_count(s, p);
     SPIPlanPtr plan = prepared(s);
-    int rc = s.steered ? execute_steered(plan, values, nulls)
-                       : SPI_execute_plan(plan, values, nulls, false, 0);
+    Datum* values = const_cast<Datum*>(p.values);
+    int rc = s.kind == PlanKind::steered ? execute_steered(plan, values, p.nulls)
+                                         : SPI_execute_plan(plan, values, p.nulls, false, 0);
     return checked(rc, expected);
 }
 
-uint64 run_fresh(Statement& s, Datum* values, const char* nulls, int expected)
+uint64 execute_fresh(Statement& s, const Params& p, int expected)
 {
-    return checked(SPI_execute_snapshot(prepared(s), values, nulls, GetLatestSnapshot(),
-                                        InvalidSnapshot, false, false, 0),
+    check_count(s, p);
+    return checked(SPI_execute_snapshot(prepared(s), const_cast<Datum*>(p.values), p.nulls,
+                                        GetLatestSnapshot(), InvalidSnapshot, false, false, 0),
                    expected);
 }
 
-Datum column(uint64 row, int column, bool* is_null)
+Datum result_column(uint64 row, int column, bool* is_null)
 {
     bool null = false;
     Datum d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, column, &null);

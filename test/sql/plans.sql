@@ -144,3 +144,7 @@ DROP FUNCTION reap_plan(int);
 DROP FUNCTION lock_nodes(jsonb);
 DROP FUNCTION updated_rows(jsonb);
 SELECT jobcap.drop_queue('plans', force => true);
+
+-- Every statement jobcap prepares is listed, each under one name.
+SELECT name, pg_catalog.cardinality(argtypes) AS nargs FROM jobcap.statements() ORDER BY name;
+SELECT count(*) = count(DISTINCT name) AS names_unique FROM jobcap.statements();

@@ -29,8 +29,8 @@ QueueWindow window(std::int64_t window_sec = 60)
 TEST(Report, QuietWhenNothingGotWorse)
 {
     QueueWindow w = window();
-    w.dead = 7;          // old dead jobs are not news
-    w.due = 50;          // a backlog that is not growing
+    w.dead = 7;  // old dead jobs are not news
+    w.due = 50;  // a backlog that is not growing
     w.due_before = 50;
     w.oldest_due_sec = 600;
     EXPECT_FALSE(got_worse(w));
@@ -72,10 +72,10 @@ TEST(Report, BacklogGrowsOnlyWhenLargerAndOlderThanTheWindow)
     w.oldest_due_sec = 59;  // larger but drained within a window: a burst, not a backlog
     EXPECT_FALSE(backlog_growing(w));
     w.oldest_due_sec = 300;
-    w.due = 80;             // old but not larger
+    w.due = 80;  // old but not larger
     EXPECT_FALSE(backlog_growing(w));
     w.due = 120;
-    w.due_before = -1;      // first report: a baseline, no comparison
+    w.due_before = -1;  // first report: a baseline, no comparison
     EXPECT_FALSE(backlog_growing(w));
 }
 
@@ -89,8 +89,9 @@ TEST(Report, AllThreeInOneLine)
     w.due = 5;
     w.due_before = 1;
     w.oldest_due_sec = 7200;
-    EXPECT_EQ(line(w), "1 job went dead (2 dead in all); 3 jobs lost 4 attempts to expired leases; "
-                       "backlog 5 due (was 1), oldest waiting 2 h");
+    EXPECT_EQ(line(w),
+              "1 job went dead (2 dead in all); 3 jobs lost 4 attempts to expired leases; "
+              "backlog 5 due (was 1), oldest waiting 2 h");
 }
 
 TEST(Report, CutToTheBufferAndTerminated)
@@ -139,6 +140,7 @@ TEST(Report, FailuresCountJobsBesideAttemptsButAreNotNewsAlone)
     w.failed_attempts = 1;
     w.lease_jobs = 1;
     w.lease_attempts = 2;
-    EXPECT_EQ(line(w), "4 jobs went dead (4 dead in all); 1 job failed 1 attempt; 1 job lost 2 "
-                       "attempts to expired leases");
+    EXPECT_EQ(line(w),
+              "4 jobs went dead (4 dead in all); 1 job failed 1 attempt; 1 job lost 2 "
+              "attempts to expired leases");
 }

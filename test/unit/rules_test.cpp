@@ -14,7 +14,10 @@ Problem name(const std::string& s, bool is_null = false)
     return check_name("queue", s.data(), s.size(), kMaxQueueName, is_null);
 }
 
-Span seconds(std::int64_t s) { return Span{0, 0, s * 1000000}; }
+Span seconds(std::int64_t s)
+{
+    return Span{0, 0, s * 1000000};
+}
 
 }  // namespace
 

@@ -67,9 +67,9 @@ TEST(LatencyBins, FourPerDoublingFromOneMillisecond)
     EXPECT_EQ(latency_bin(0.0009), 0);
     EXPECT_EQ(latency_bin(0.001), 1);
     EXPECT_EQ(latency_bin(0.0011), 1);
-    EXPECT_EQ(latency_bin(0.0012), 2);   // 2^(1/4) ms = 1.189 ms
-    EXPECT_EQ(latency_bin(0.0021), 5);   // past 2 ms
-    EXPECT_EQ(latency_bin(1.0), 40);     // 1000 ms: 4 * log2(1000) = 39.86
+    EXPECT_EQ(latency_bin(0.0012), 2);  // 2^(1/4) ms = 1.189 ms
+    EXPECT_EQ(latency_bin(0.0021), 5);  // past 2 ms
+    EXPECT_EQ(latency_bin(1.0), 40);    // 1000 ms: 4 * log2(1000) = 39.86
     EXPECT_EQ(latency_bin(1e9), kLatencyBins - 1);
     for (int b = 1; b < kLatencyBins - 1; ++b) {
         double mid = std::sqrt(latency_bin_lower(b) * latency_bin_upper(b));
