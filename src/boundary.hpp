@@ -37,14 +37,14 @@
 //     }
 #if !defined(__SANITIZE_ADDRESS__)
 #define JOBCAP_ENTRY_ATTRIBUTES
-#define JOBCAP_BODY_ATTRIBUTES
 #define JOBCAP_ENTRY_PROLOGUE
 #else
 // AddressSanitizer build (make sanitize): ASan's runtime comes with this library and its
 // interceptors are not loaded (see jobcap.cpp), so nobody tells it when an ereport longjmps
 // over instrumented frames: their redzones stay poisoned on the stack and trip the next call
 // that lays its frames there. An uninstrumented entry clears the stack below it first, as ASan's
-// longjmp interceptor would have, then calls the instrumented body, whose redzones are fresh.
+// longjmp interceptor would have, then calls enter() (instrumented, in its own frame below the
+// cleared line: nothing instrumented touches the entry's own frame), whose redzones are fresh.
 namespace jobcap {
 __attribute__((no_sanitize_address, noinline)) inline void asan_forget_stale_frames()
 {
@@ -55,24 +55,19 @@ __attribute__((no_sanitize_address, noinline)) inline void asan_forget_stale_fra
 }
 }  // namespace jobcap
 #define JOBCAP_ENTRY_ATTRIBUTES __attribute__((no_sanitize_address, noinline))
-#define JOBCAP_BODY_ATTRIBUTES __attribute__((noinline))
 #define JOBCAP_ENTRY_PROLOGUE jobcap::asan_forget_stale_frames()
 #endif
 
 #define JOBCAP_FUNCTION(name, duty)                                                                \
-    JOBCAP_BODY_ATTRIBUTES static Datum name##_body([[maybe_unused]] FunctionCallInfo fcinfo,      \
-                                                    [[maybe_unused]] const char* function,         \
-                                                    [[maybe_unused]] jobcap::Access& access);      \
+    static Datum name##_body(FunctionCallInfo fcinfo, const char* function,                        \
+                             jobcap::Access& access);                                              \
     extern "C" {                                                                                   \
     PG_FUNCTION_INFO_V1(jobcap_##name);                                                            \
     }                                                                                              \
     extern "C" JOBCAP_ENTRY_ATTRIBUTES Datum jobcap_##name(PG_FUNCTION_ARGS)                       \
     {                                                                                              \
         JOBCAP_ENTRY_PROLOGUE;                                                                     \
-        return jobcap::guard(#name, [&]() -> Datum {                                               \
-            jobcap::Access access = jobcap::admit(#name, duty);                                    \
-            return name##_body(fcinfo, #name, access);                                             \
-        });                                                                                        \
+        return jobcap::enter(fcinfo, #name, duty, name##_body);                                    \
     }                                                                                              \
     static Datum name##_body([[maybe_unused]] FunctionCallInfo fcinfo,                             \
                              [[maybe_unused]] const char* function,                                \
@@ -102,5 +97,12 @@ Datum guard(const char* function, Body&& body)
                         errmsg("internal error in jobcap.%s: %s", function, message)));
     pg_unreachable();
 }
+
+// The body of an entry point, as JOBCAP_FUNCTION declares it.
+using EntryBody = Datum (*)(FunctionCallInfo fcinfo, const char* function, Access& access);
+
+// Runs an entry point's body inside guard(), after admit() has checked its caller for `duty`.
+// Defined out of line (boundary.cpp): its frame is always its own, below the entry's.
+Datum enter(FunctionCallInfo fcinfo, const char* function, Duty duty, EntryBody body);
 
 }  // namespace jobcap

@@ -9,6 +9,7 @@
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 #include "core/order.hpp"
 
 namespace jobcap {
@@ -32,8 +33,10 @@ namespace statements {
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
     "    AND (j.state = 'pending' AND j.run_at <= $1"                                              \
-    "         AND j.attempts < coalesce(j.max_attempts, q.max_attempts)) IS TRUE"                  \
-    "  RETURNING j.job_id, j.fence, j.attempts, coalesce(j.max_attempts, q.max_attempts),"         \
+    "         AND j.attempts < " JOBCAP_CAP                                                        \
+    ") IS TRUE"                                                                                    \
+    "  RETURNING j.job_id, j.fence, j.attempts, " JOBCAP_CAP                                       \
+    ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
@@ -42,8 +45,7 @@ JOBCAP_STATEMENT(claim_job, "WITH cohort AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
     "     AND " JOBCAP_MAY_WORK("$6", "$4")
-    "     AND j.attempts < coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = $4))"
+    "     AND j.attempts < " JOBCAP_CAP_BY("$4")
     "   ORDER BY j.priority, j.run_at, j.job_id"
     "   LIMIT $5"
     "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
@@ -55,9 +57,7 @@ JOBCAP_STATEMENT(claim_job_by_id,
                  "WITH cohort AS MATERIALIZED ("
                  "  SELECT j.job_id FROM jobcap.jobs j"
                  "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
-                 "     AND j.attempts < coalesce(j.max_attempts,"
-                 "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
-                 "     AND " JOBCAP_MAY_WORK(
+                 "     AND j.attempts < " JOBCAP_CAP_BY("j.queue") "     AND " JOBCAP_MAY_WORK(
                      "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
 

@@ -10,6 +10,7 @@
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
 #include "functions/stats.hpp"
+#include "spi/cap.hpp"
 
 namespace jobcap {
 namespace {
@@ -20,29 +21,29 @@ constexpr int64 kMaxDeadBatch = 10000;
 
 // $1 = queue (NULL: every queue), $2 = since, $3 = until, $4 = n. Ranked by failed attempts in
 // the window (errors and lost leases), then the latest failure.
-JOBCAP_STATEMENT(
-    top_failing_jobs,
-    "WITH f AS (SELECT e.job_id, count(*) AS failures,"
-    "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
-    "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS crashes,"
-    "     min(e.at) AS first_at, max(e.at) AS last_at"
-    "   FROM jobcap.job_errors e"
-    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired')"
-    "     AND ($1::text IS NULL OR e.queue = $1)"
-    "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
-    " SELECT f.job_id, j.queue, j.state, j.attempts, coalesce(j.max_attempts, q.max_attempts),"
-    "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
-    "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
-    "       THEN left(e.error, " LAST_ERROR_CHARS
-    " - 3) || '...' ELSE e.error END"
-    "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
-    "       AND e.kind IN ('error', 'lease_expired')"
-    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
-    ")"
-    " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
-    " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
-    " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
-    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(top_failing_jobs,
+                 "WITH f AS (SELECT e.job_id, count(*) AS failures,"
+                 "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
+                 "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS crashes,"
+                 "     min(e.at) AS first_at, max(e.at) AS last_at"
+                 "   FROM jobcap.job_errors e"
+                 "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired')"
+                 "     AND ($1::text IS NULL OR e.queue = $1)"
+                 "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
+                 " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
+                 ","
+                 "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
+                 "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
+                 "       THEN left(e.error, " LAST_ERROR_CHARS
+                 " - 3) || '...' ELSE e.error END"
+                 "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
+                 "       AND e.kind IN ('error', 'lease_expired')"
+                 "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
+                 ")"
+                 " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
+                 " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
+                 " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
+                 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // The dead jobs of queue $1 whose last failure's text matches $2 (LIKE; NULL: any, including
 // none) and that died in ($3, $4) (NULL: unbounded), oldest death first, at most $5, locked and
@@ -63,7 +64,7 @@ JOBCAP_STATEMENT(
 // stays dead and is not counted.
 JOBCAP_STATEMENT(requeue_dead, "WITH cohort AS MATERIALIZED (" DEAD_COHORT("FOR NO KEY UPDATE OF j SKIP LOCKED") "),"
     " requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
-    "     max_attempts = j.attempts + coalesce($7, q.max_attempts),"
+    "     max_attempts = j.attempts + coalesce($7, q.max_attempts), cap_epoch = q.cap_epoch,"
     "     run_at = $8, finished_at = NULL, lease_expires_at = NULL"
     "   FROM jobcap.queues q"
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"

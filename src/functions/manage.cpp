@@ -18,13 +18,14 @@ JOBCAP_STATEMENT(
     " WHERE job_id = $1 AND state IN ('pending', 'running') RETURNING job_id",
     {INT8OID, TIMESTAMPTZOID});
 
-// The budget becomes attempts + extra ($3, NULL: the queue's cap); the reason goes to history
+// The budget becomes attempts + extra ($3, NULL: the queue's cap), held until the queue's cap is
+// next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp); the reason goes to history
 // with the calling role ($5: the statement runs as the tables' owner, see access.hpp).
 // A job whose dedupe key another live job now holds stays where it is (see why_not_requeued).
 JOBCAP_STATEMENT(
     requeue_job,
     "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"
-    "     max_attempts = j.attempts + coalesce($3, q.max_attempts),"
+    "     max_attempts = j.attempts + coalesce($3, q.max_attempts), cap_epoch = q.cap_epoch,"
     "     run_at = $4, finished_at = NULL, lease_expires_at = NULL"
     "   FROM jobcap.queues q"
     "  WHERE j.job_id = $1 AND j.state IN ('dead', 'cancelled') AND q.queue = j.queue"

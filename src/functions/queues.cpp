@@ -20,8 +20,11 @@ JOBCAP_STATEMENT(lock_queue,
                  "SELECT backoff_base, backoff_max FROM jobcap.queues WHERE queue = $1 FOR UPDATE",
                  {TEXTOID});
 
+// A lower max_attempts binds every job of the queue at once and ends the budgets requeue_job
+// granted before it: cap_epoch counts the lowerings (src/spi/cap.hpp).
 JOBCAP_STATEMENT(update_queue,
                  "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
+                 " cap_epoch = cap_epoch + (coalesce($2, max_attempts) < max_attempts)::int,"
                  " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
                  " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
                  " WHERE queue = $1",

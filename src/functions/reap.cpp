@@ -10,11 +10,12 @@
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 
 namespace jobcap {
 namespace statements {
 
-#define CAP "coalesce(j.max_attempts, q.max_attempts)"
+#define CAP JOBCAP_CAP
 
 // One statement over a materialised cohort. Both locking scans run once and skip rows another
 // transaction holds (a worker inside assert_fence, a settle in flight): those are reaped on a
@@ -31,8 +32,7 @@ JOBCAP_STATEMENT(
     " over_cap AS MATERIALIZED ("
     "  SELECT j.job_id FROM jobcap.jobs j"
     "   WHERE j.state = 'pending' AND j.attempts > 0"
-    "     AND j.attempts >= coalesce(j.max_attempts,"
-    "           (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = j.queue))"
+    "     AND j.attempts >= " JOBCAP_CAP_BY("j.queue")
     "   LIMIT $1 - (SELECT count(*) FROM expired) FOR NO KEY UPDATE OF j SKIP LOCKED),"
     " reaped AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN j.attempts >= " CAP

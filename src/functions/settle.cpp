@@ -12,6 +12,7 @@
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/cap.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -25,7 +26,7 @@ JOBCAP_STATEMENT(
 
 // The attempt that just failed was the last when attempts has reached the cap: the claim
 // counted it already. $4 = retry_in (NULL: the queue's backoff), $5 = now, $6 = caller.
-#define LAST_ATTEMPT "j.attempts >= coalesce(j.max_attempts, q.max_attempts)"
+#define LAST_ATTEMPT "j.attempts >= " JOBCAP_CAP
 JOBCAP_STATEMENT(fail_job, "WITH failed AS (UPDATE jobcap.jobs j"
     "   SET state = CASE WHEN " LAST_ATTEMPT " THEN 'dead' ELSE 'pending' END::jobcap.job_state,"
     "       run_at = CASE WHEN " LAST_ATTEMPT " THEN j.run_at ELSE $5 +"

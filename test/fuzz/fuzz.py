@@ -102,7 +102,8 @@ class Fuzzer:
                        " backoff_max => '0')", (q, cap))
         for q in GRANTED:
             su.execute("SELECT jobcap.grant_queue(%s, 'fuzz_worker')", (q,))
-        # Every change of a job's state, fence or attempts, with the cap in force and the
+        # Every change of a job's state, fence or attempts, with the cap in force (README, Caps:
+        # the lower of the job's and its queue's, or a requeue's budget until the next lowering) and the
         # client's statement (which tells a requeue_job from anything else).
         su.execute("""
             CREATE TABLE public.fuzz_log (id bigserial, job_id bigint, old_state text, new_state text,
@@ -116,8 +117,10 @@ class Fuzzer:
                 INSERT INTO public.fuzz_log (job_id, old_state, new_state, old_fence, new_fence,
                                              old_attempts, new_attempts, cap, query)
                 VALUES (NEW.job_id, OLD.state, NEW.state, OLD.fence, NEW.fence, OLD.attempts,
-                        NEW.attempts, coalesce(NEW.max_attempts,
-                          (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = NEW.queue)),
+                        NEW.attempts,
+                        (SELECT CASE WHEN (NEW.cap_epoch = q.cap_epoch) IS TRUE THEN NEW.max_attempts
+                                     ELSE least(NEW.max_attempts, q.max_attempts) END
+                           FROM jobcap.queues q WHERE q.queue = NEW.queue),
                         current_query());
               END IF;
               RETURN NULL;

@@ -63,10 +63,18 @@ SELECT queue, pending, scheduled, running, succeeded, dead, cancelled, failed_at
 
 SELECT jobcap.drop_queue('mail', force => true);
 
--- The extension drops and comes back cleanly, even with plans kept in this session.
+-- The extension drops and comes back cleanly, even with plans kept in this session. It leaves
+-- nothing behind: the schema keeps no grant, so its roles can be dropped (CREATE EXTENSION
+-- makes them again). Fences handed out before the drop are never handed out again.
+SELECT last_value AS fence_before_drop FROM jobcap.fences \gset
+SELECT :fence_before_drop > 0 AS fences_were_handed_out;
 DROP EXTENSION jobcap;
+SELECT nspacl FROM pg_namespace WHERE nspname = 'jobcap';
+DROP ROLE jobcap_worker, jobcap_operator;
 CREATE EXTENSION jobcap;
+SELECT count(*) AS roles_again FROM pg_roles WHERE rolname IN ('jobcap_worker', 'jobcap_operator');
 SELECT jobcap.create_queue('again');
 SELECT jobcap.enqueue_job('again');
-SELECT fence, attempt FROM jobcap.claim_job('again', 'w');
+SELECT fence > :fence_before_drop AS fence_above_every_earlier, attempt
+  FROM jobcap.claim_job('again', 'w');
 SELECT jobcap.drop_queue('again', force => true);

@@ -61,16 +61,17 @@ function start(handler, options = {}) {
 
 const enqueue = (payload, options) => jobcap.enqueue(db, ctx.queue, payload, options);
 
+// Fences are bigints (node-postgres returns them as strings); as Numbers they are exact below 2^53.
 async function job(id) {
   const { rows } = await db.query(
-    'SELECT state::text, attempts, fence::int FROM jobcap.jobs WHERE job_id = $1', [id]);
-  return rows[0];
+    'SELECT state::text, attempts, fence FROM jobcap.jobs WHERE job_id = $1', [id]);
+  return { ...rows[0], fence: Number(rows[0].fence) };
 }
 
 async function effects(id) {
   const { rows } = await db.query(
-    'SELECT fence::int FROM effects WHERE job_id = $1 ORDER BY fence', [id]);
-  return rows.map((r) => r.fence);
+    'SELECT fence FROM effects WHERE job_id = $1 ORDER BY fence', [id]);
+  return rows.map((r) => Number(r.fence));
 }
 
 async function expireAndReap(id) {
