@@ -7,6 +7,7 @@
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
 #   make bench                 jobcap beside a hand-written queue (pgbench; ~50 min, not in test)
 #   make format                clang-format every C++ source (make format-check: check only)
+#   make deb / make dist       build/postgresql-15-jobcap_<v>-1_amd64.deb / build/jobcap-<v>.zip
 
 EXTENSION  = jobcap
 MODULE_big = jobcap
@@ -20,17 +21,20 @@ MODULE_big = jobcap
 SRCS = $(sort $(wildcard $(srcdir)/src/*.cpp $(srcdir)/src/*/*.cpp))
 OBJS = $(patsubst $(srcdir)/%.cpp,%.o,$(SRCS))
 
-DATA = $(wildcard $(srcdir)/sql/jobcap--*.sql)
+# Relative to the source directory: PGXS prefixes $(srcdir) itself (a VPATH build).
+DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/jobcap--*.sql))
 
 # Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
 # test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
-          stats stats_scale no_preload privileges hijack hostile_input install hot
+          stats stats_scale no_preload privileges hijack hostile_input install hot controls \
+          schedules upgrade
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
             assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
-            refresh_race stats_late_commit
+            refresh_race stats_late_commit rollback_count_race max_running_race \
+            pause_while_running schedule_race
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1
@@ -39,6 +43,22 @@ EXTRA_CLEAN = $(OBJS:.o=.d) results output_iso tmp_check tmp_check_regress tmp_c
               regression.diffs regression.out build
 
 PG_CONFIG ?= pg_config
+
+# The PostgreSQL majors jobcap supports; older ones are refused at once, before any compiling
+# (src/compat.hpp refuses them again, for builds that bypass this Makefile). A newer major that
+# is not listed builds, with a warning that it is untested.
+JOBCAP_MAJORS = 15 17 18
+jobcap_check_major = $(if $(filter-out 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14,$(1)),\
+    $(if $(filter $(1),$(JOBCAP_MAJORS)),,\
+        $(warning jobcap is tested on PostgreSQL $(JOBCAP_MAJORS_TEXT), not on $(1) ($(2)))),\
+    $(error jobcap supports PostgreSQL $(JOBCAP_MAJORS_TEXT); $(2) is PostgreSQL $(1). \
+            Install a supported server and its headers (apt-get install postgresql-server-dev-15) \
+            and build with PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config))
+JOBCAP_MAJORS_TEXT = 15, 17 and 18
+PG_MAJOR := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p')
+ifneq ($(PG_MAJOR),)
+$(call jobcap_check_major,$(PG_MAJOR),$(PG_CONFIG))
+endif
 
 # SANITIZE=undefined (or address,undefined): instrument jobcap with gcc's sanitizers; every
 # finding aborts the backend. -fno-wrapv undoes PostgreSQL's -fwrapv for jobcap's own code, so
@@ -62,22 +82,37 @@ override with_llvm = no
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+# The same check against the headers' own Makefile.global, when it names another major.
+ifneq ($(MAJORVERSION),$(PG_MAJOR))
+$(call jobcap_check_major,$(MAJORVERSION),the PGXS of $(PG_CONFIG))
+endif
 # Server headers are system headers: their C idioms do not count against -Werror.
 override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
 # JobcapTest.pm sits beside the TAP tests.
 PG_PROVE_FLAGS += -I $(srcdir)/test/t
 -include $(OBJS:.o=.d)
+# A VPATH build (pg_buildext, make -f .../Makefile VPATH=...) writes objects into a tree of its
+# own: make its directories first (absolute names, which make does not look up through VPATH).
+OBJ_DIRS = $(patsubst %/,%,$(sort $(addprefix $(CURDIR)/,$(dir $(OBJS)))))
+$(OBJS): | $(OBJ_DIRS)
+$(OBJ_DIRS):
+	mkdir -p $@
 else
 all install installcheck:
 	@echo "PostgreSQL server headers not found for '$(PG_CONFIG)': apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit bench bench-quick bench-profile sanitize format format-check matrix
+.PHONY: test demo unit bench bench-quick bench-profile sanitize format format-check deb dist matrix
 test:
 	test/run
 MATRIX ?= 17 18
 matrix:
 	test/versions/run $(MATRIX)
+# Release artefacts under build/: the Debian package and the PGXN zip (packaging/build).
+deb:
+	packaging/build deb
+dist:
+	packaging/build dist
 sanitize:
 	test/run ubsan asan
 unit:

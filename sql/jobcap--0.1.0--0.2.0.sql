@@ -69,6 +69,35 @@ CREATE EVENT TRIGGER jobcap_before_drop_extension ON ddl_command_start
     WHEN TAG IN ('DROP EXTENSION')
     EXECUTE FUNCTION jobcap.before_drop_extension();
 
+-- Rolled-back claims (src/background/rollbacks.cpp). With jobcap preloaded, the attempt of a
+-- claim whose transaction rolled back is still counted: the reaper adds it in a transaction of
+-- its own and leaves a history row of kind claim_rolled_back. Like an expired lease, such an
+-- attempt ended without a report: the statistics, and dead_jobs' crashes (below, in the view of
+-- the caps), count both.
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,requeued,claim_rolled_back}'));
+COMMENT ON TABLE jobcap.job_errors IS
+    'Attempts that ended badly: reported errors, leases that expired without a report, claims that rolled back, requeues.';
+
+-- Without the preload there is no shared memory to keep rolled-back claims in: say so at
+-- install (and upgrade) time, beside the warning about the worker (a WARNING: extension
+-- scripts hide notices). The ring is allocated exactly when jobcap is preloaded.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_shmem_allocations s
+                    WHERE s.name OPERATOR(pg_catalog.=) 'jobcap rolled-back claims') THEN
+        RAISE WARNING 'jobcap is not preloaded: a claim whose transaction rolls back does not count its attempt'
+            USING DETAIL = 'BEGIN; claim; ROLLBACK undoes the attempt count, so a job whose claims '
+                           'keep rolling back never reaches its cap.',
+                  HINT = 'Add jobcap to shared_preload_libraries and restart the server, and '
+                         'commit every claim before its work starts.';
+    END IF;
+END
+$$;
+
+-- (End of rolled-back claims.)
+
 -- Caps. A job's cap is the lower of its own max_attempts and its queue's, so a job cannot
 -- outlast its queue's cap and lowering that cap binds every job of the queue at once; the one
 -- exception is the budget requeue_job (or requeue_dead) grants, which holds until the queue's
@@ -93,7 +122,7 @@ SELECT j.job_id, j.queue, j.attempts,
                       WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
                       ORDER BY e.seq DESC LIMIT 1) e ON true
   LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
-                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'lease_expired') AS crashes,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back}')) AS crashes,
                             min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS first_failure_at,
                             max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) 'requeued') AS last_failure_at
                        FROM jobcap.job_errors h
@@ -104,12 +133,235 @@ SELECT j.job_id, j.queue, j.attempts,
 
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.
 
+-- A paused queue hands out nothing: every claim statement reads the flag in the same statement
+-- that claims. max_running caps the jobs of a queue that run at once (NULL: no cap); a claim of
+-- a capped queue serialises on the queue's row and takes only what fits.
+ALTER TABLE jobcap.queues
+    ADD COLUMN paused boolean NOT NULL DEFAULT false,
+    ADD COLUMN max_running integer CHECK (max_running OPERATOR(pg_catalog.>) 0);
+COMMENT ON COLUMN jobcap.queues.paused IS 'pause_queue/resume_queue: a paused queue hands out no job.';
+COMMENT ON COLUMN jobcap.queues.max_running IS 'At most this many jobs of the queue run at once; NULL: no limit.';
+
+-- What complete_job kept of the worker's result: at most jobcap.max_output_bytes, else a marker.
+ALTER TABLE jobcap.jobs ADD COLUMN output jsonb;
+COMMENT ON COLUMN jobcap.jobs.output IS
+    'The result given to complete_job (at most jobcap.max_output_bytes; larger results are replaced by {"truncated": true, "bytes": n}).';
+
+CREATE FUNCTION jobcap.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_pause_queue';
+COMMENT ON FUNCTION jobcap.pause_queue(text) IS
+    'Stops handing out jobs of queue (running jobs settle normally, enqueue still works); false if it was paused already.';
+
+CREATE FUNCTION jobcap.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_resume_queue';
+COMMENT ON FUNCTION jobcap.resume_queue(text) IS
+    'Hands out jobs of a paused queue again; false if it was not paused.';
+
+-- New parameters (max_running; output): the 0.1.0 signatures are replaced. The C functions still
+-- accept the old number of arguments.
+DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean);
+CREATE FUNCTION jobcap.create_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT '5 minutes',
+    backoff_base interval DEFAULT '10 seconds',
+    backoff_max interval DEFAULT '1 hour',
+    notify boolean DEFAULT false,
+    max_running integer DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_create_queue';
+COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer) IS
+    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once.';
+
+DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean);
+CREATE FUNCTION jobcap.alter_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL,
+    notify boolean DEFAULT NULL,
+    max_running integer DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_alter_queue';
+COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer) IS
+    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit.';
+
+DROP FUNCTION jobcap.complete_job(bigint, bigint);
+CREATE FUNCTION jobcap.complete_job(job_id bigint, fence bigint, output jsonb DEFAULT NULL)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_job';
+COMMENT ON FUNCTION jobcap.complete_job(bigint, bigint, jsonb) IS
+    'Success under a current fence; output (at most jobcap.max_output_bytes) is kept in jobs.output.';
+
+DROP FUNCTION jobcap.complete_jobs(bigint[], bigint[]);
+CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[], outputs jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_jobs';
+COMMENT ON FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[]) IS
+    'Completes a batch, all or nothing; outputs (NULL, or one per job) are kept as complete_job keeps one.';
+
+DROP FUNCTION jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval);
+CREATE FUNCTION jobcap.complete_and_claim(
+    job_id bigint,
+    fence bigint,
+    queue text,
+    worker text,
+    batch integer DEFAULT 1,
+    lease interval DEFAULT NULL,
+    output jsonb DEFAULT NULL)
+RETURNS TABLE (job_id bigint, fence bigint, attempt integer, max_attempts integer,
+               payload jsonb, lease_expires_at timestamptz)
+LANGUAGE C VOLATILE ROWS 1
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_complete_and_claim';
+
+-- queue_stats shows each queue's controls: two columns at the end.
+DROP VIEW jobcap.queue_stats;
+DROP FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz);
+CREATE FUNCTION jobcap.queue_stats_between(since timestamptz, until timestamptz DEFAULT NULL)
+RETURNS TABLE (queue text, pending bigint, scheduled bigint, running bigint, succeeded bigint,
+               dead bigint, cancelled bigint, failed_attempts bigint, failing_jobs bigint,
+               lost_leases bigint, crashed_jobs bigint, new_dead bigint,
+               claim_latency_p50 interval, claim_latency_p95 interval,
+               oldest_pending_age interval, window_start timestamptz, window_end timestamptz,
+               counted_until timestamptz, paused boolean, max_running integer)
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_queue_stats_between';
+COMMENT ON FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz) IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency in (since, until]; NULL since = until - jobcap.stats_window, NULL until = now.';
+CREATE VIEW jobcap.queue_stats AS SELECT * FROM jobcap.queue_stats_between(NULL, NULL);
+COMMENT ON VIEW jobcap.queue_stats IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency over the last jobcap.stats_window.';
+
+-- Periodic jobs. The background worker (or jobcap.run_schedules(), without the preload) enqueues
+-- each due slot of a schedule once: it advances last_slot with a compare-and-swap in the
+-- transaction that enqueues, so neither a restart nor a second caller enqueues a slot twice.
+-- Slots missed while nothing ran (server down) are not made up: only the latest one is
+-- enqueued. Each schedule's jobs share the dedupe key 'jobcap.schedule:<name>': while one is
+-- pending, running or dead, a slot enqueues nothing (counted in skipped). Cron runs on UTC.
+CREATE TABLE jobcap.job_schedules (
+    name         text PRIMARY KEY,
+    cron         text NOT NULL,
+    queue        text NOT NULL REFERENCES jobcap.queues ON DELETE CASCADE ON UPDATE CASCADE,
+    payload      jsonb NOT NULL DEFAULT '{}',
+    priority     integer NOT NULL DEFAULT 0,
+    max_attempts integer,
+    last_slot    timestamptz NOT NULL,
+    last_run_at  timestamptz,
+    last_job_id  bigint,
+    skipped      bigint NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE jobcap.job_schedules IS 'Periodic jobs (jobcap.schedule_job); read them through jobcap.schedules.';
+COMMENT ON COLUMN jobcap.job_schedules.last_slot IS 'The latest slot handled (enqueued or skipped); the next slot after it is due.';
+CREATE INDEX job_schedules_queue ON jobcap.job_schedules (queue);
+
+CREATE FUNCTION jobcap.cron_next(cron text, after timestamptz)
+RETURNS timestamptz
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_cron_next';
+COMMENT ON FUNCTION jobcap.cron_next(text, timestamptz) IS
+    'The first slot of a five-field cron expression (UTC) after a time; 22023 for a bad expression.';
+
+CREATE FUNCTION jobcap.schedule_job(
+    name text,
+    cron text,
+    queue text,
+    payload jsonb DEFAULT '{}',
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_schedule_job';
+COMMENT ON FUNCTION jobcap.schedule_job(text, text, text, jsonb, integer, integer) IS
+    'Creates or replaces a periodic job: a job of queue at every slot of cron (UTC); returns the next slot.';
+
+CREATE FUNCTION jobcap.unschedule_job(name text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_unschedule_job';
+COMMENT ON FUNCTION jobcap.unschedule_job(text) IS 'Removes a periodic job; false if there was none.';
+
+CREATE FUNCTION jobcap.run_schedules()
+RETURNS integer
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_run_schedules';
+COMMENT ON FUNCTION jobcap.run_schedules() IS
+    'Enqueues the due slots of every schedule, as the background worker does; returns how many jobs it enqueued.';
+
+CREATE VIEW jobcap.schedules AS
+SELECT s.name, s.cron, s.queue, s.payload, s.priority, s.max_attempts,
+       jobcap.cron_next(s.cron, s.last_slot) AS next_run,
+       s.last_slot, s.last_run_at, s.last_job_id, j.state AS last_job_state, s.skipped,
+       s.created_at
+  FROM jobcap.job_schedules s
+  LEFT JOIN jobcap.jobs j ON j.job_id OPERATOR(pg_catalog.=) s.last_job_id;
+COMMENT ON VIEW jobcap.schedules IS
+    'Periodic jobs: the next slot not handled yet (due when past), the last slot handled and the job it enqueued.';
+
 -- What the Celery and Django-Q adapters call.
 
 -- The hot path's tables and indexes.
 
 -- Privileges of the objects above (the same policy as 0.1.0: PUBLIC gets nothing).
 REVOKE ALL ON FUNCTION jobcap.restore_stats_progress(), jobcap.before_drop_extension() FROM PUBLIC;
+
+-- Queue controls.
+REVOKE ALL ON FUNCTION
+    jobcap.pause_queue(text),
+    jobcap.resume_queue(text),
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer),
+    jobcap.complete_job(bigint, bigint, jsonb),
+    jobcap.complete_jobs(bigint[], bigint[], jsonb[]),
+    jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval, jsonb),
+    jobcap.queue_stats_between(timestamptz, timestamptz)
+FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    jobcap.cron_next(text, timestamptz),
+    jobcap.schedule_job(text, text, text, jsonb, integer, integer),
+    jobcap.unschedule_job(text),
+    jobcap.run_schedules()
+FROM PUBLIC;
+REVOKE ALL ON jobcap.queue_stats, jobcap.job_schedules, jobcap.schedules FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    jobcap.complete_job(bigint, bigint, jsonb),
+    jobcap.complete_jobs(bigint[], bigint[], jsonb[]),
+    jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval, jsonb)
+TO jobcap_worker;
+GRANT EXECUTE ON FUNCTION
+    jobcap.pause_queue(text),
+    jobcap.resume_queue(text),
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer),
+    jobcap.queue_stats_between(timestamptz, timestamptz),
+    jobcap.cron_next(text, timestamptz),
+    jobcap.schedule_job(text, text, text, jsonb, integer, integer),
+    jobcap.unschedule_job(text),
+    jobcap.run_schedules()
+TO jobcap_operator;
+GRANT SELECT ON jobcap.queue_stats, jobcap.job_schedules, jobcap.schedules TO jobcap_operator;
+
 
 -- As in 0.1.0: default privileges of the role running this script may have granted more on the
 -- objects above; take back anything held by a role other than the owner and jobcap's two roles.

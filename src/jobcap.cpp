@@ -2,6 +2,7 @@
 #include "pg.hpp"
 
 #include "jobcap.hpp"
+#include "background/rollbacks.hpp"
 #include "functions/stats.hpp"
 
 extern "C" {
@@ -15,6 +16,7 @@ int guc_error_history = 10;
 int guc_max_error_bytes = 2048;
 int guc_default_max_attempts = 10;
 int guc_max_payload_bytes = 1024 * 1024;
+int guc_max_output_bytes = 64 * 1024;
 
 char* guc_database = nullptr;
 int guc_reap_interval_ms = 1000;
@@ -57,6 +59,12 @@ extern "C" void _PG_init(void)
         "Measured as the jsonb value before compression. Only superusers can change it.",
         &jobcap::guc_max_payload_bytes, 1024 * 1024, 1024, 256 * 1024 * 1024, PGC_SUSET,
         GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "jobcap.max_output_bytes", "Sets the largest job output that complete_job keeps.",
+        "Measured as the jsonb value before compression. A larger output is replaced by "
+        "{\"truncated\": true, \"bytes\": n}. Only superusers can change it.",
+        &jobcap::guc_max_output_bytes, 64 * 1024, 64, 256 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
+        nullptr, nullptr, nullptr);
 
     // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
     // only a preloaded jobcap starts the launcher and its reapers.
@@ -89,6 +97,9 @@ extern "C" void _PG_init(void)
                             0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
     jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
+
+    // Rolled-back claims: noted in every backend, counted when preloaded (shared memory).
+    jobcap::install_rollback_tracking();
 
     if (process_shared_preload_libraries_in_progress)
         jobcap::register_launcher();

@@ -6,6 +6,7 @@ namespace jobcap {
 extern int guc_error_history;         // jobcap.error_history: errors kept per job
 extern int guc_max_error_bytes;       // jobcap.max_error_bytes: longest error text kept
 extern int guc_max_payload_bytes;     // jobcap.max_payload_bytes: largest payload enqueued
+extern int guc_max_output_bytes;      // jobcap.max_output_bytes: largest job output kept
 extern int guc_default_max_attempts;  // jobcap.default_max_attempts: create_queue's default cap
 
 // The background worker's settings (read by src/worker.cpp).

@@ -1,7 +1,8 @@
 // The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
 // started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
 // as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
-// (refresh_stats, src/stats.cpp; at most once a second), prunes finished jobs past their
+// (refresh_stats, src/stats.cpp; at most once a second), enqueues the due slots of periodic
+// jobs (src/functions/schedules.cpp), prunes finished jobs past their
 // retention once they are counted, and every jobcap.report_interval logs one line per queue
 // that got worse, from the same figures as jobcap.queue_stats (collect_stats).
 //
@@ -20,12 +21,14 @@
 extern "C" {
 #include "storage/lock.h"
 #include "access/xlog.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/memutils.h"
@@ -34,11 +37,13 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
+#include "background/rollbacks.hpp"
 #include "core/report.hpp"
 #include "core/rules.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "functions/reap.hpp"
+#include "functions/schedules.hpp"
 #include "functions/stats.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
@@ -58,6 +63,8 @@ constexpr int64 kAbsentGraceMs = 1000;      // with '*', how long a new reaper l
                                             // launcher may not have committed yet)
 constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
+constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
+constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
 // objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
 // can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
@@ -105,7 +112,7 @@ struct StepState {
 
 struct Worker {
     char database[NAMEDATALEN];
-    StepState reaping, counting, pruning_succeeded, pruning_dead;
+    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling;
     bool extension_known;  // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
@@ -153,7 +160,16 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
         SPI_connect();
         PushActiveSnapshot(GetTransactionSnapshot());
         pgstat_report_activity(STATE_RUNNING, activity);
-        if (!OidIsValid(get_extension_oid("jobcap", true))) {
+        // A DROP EXTENSION in progress holds its extension's lock until it commits: take the
+        // lock (waiting for such a drop) and look again, so that no step runs into tables
+        // dropped under it.
+        Oid extension = get_extension_oid("jobcap", true);
+        if (OidIsValid(extension)) {
+            LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+            if (get_extension_oid("jobcap", true) != extension)
+                extension = InvalidOid;
+        }
+        if (!OidIsValid(extension)) {
             outcome = Outcome::absent;
         } else {
             enable_timeout_after(STATEMENT_TIMEOUT, kStatementTimeoutMs);
@@ -177,6 +193,19 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
             (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
                 ? Outcome::timed_out
                 : Outcome::failed;
+        // A DROP EXTENSION that committed while this batch waited for its lock leaves the
+        // statement without its tables: the extension is absent, which is no failure.
+        if (e->sqlerrcode == ERRCODE_UNDEFINED_TABLE) {
+            StartTransactionCommand();
+            bool gone = !OidIsValid(get_extension_oid("jobcap", true));
+            CommitTransactionCommand();
+            MemoryContextSwitchTo(caller);
+            if (gone) {
+                FreeErrorData(e);
+                *error = nullptr;
+                outcome = Outcome::absent;
+            }
+        }
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
@@ -196,6 +225,15 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
 uint64 reap_step(int32 batch)
 {
     return reap(batch);
+}
+
+// Enqueues due slots of periodic jobs (functions/schedules.cpp); a batch counts the schedules
+// handled, so a short batch ends the step.
+uint64 schedule_step(int32 batch)
+{
+    uint64 handled = 0;
+    run_due_schedules(GetCurrentStatementStartTimestamp(), batch, &handled);
+    return handled;
 }
 
 uint64 prune_step(Statement& statement, int retention_s, int32 batch)
@@ -308,11 +346,20 @@ const StepMessages kPruningSucceeded = {
     "jobcap reaper could not prune succeeded jobs in database \"%s\", retrying in %ld ms with "
     "batches of %d",
     "jobcap reaper pruned %llu succeeded jobs in database \"%s\" (batch of %d)"};
+const StepMessages kCountingRollbacks = {
+    "jobcap: counting rolled-back claims",
+    "jobcap reaper could not count a rolled-back claim in database \"%s\", retrying in %ld ms",
+    "jobcap reaper counted %llu rolled-back claims in database \"%s\""};
 const StepMessages kPruningDead = {
     "jobcap: pruning dead and cancelled jobs",
     "jobcap reaper could not prune dead jobs in database \"%s\", retrying in %ld ms with "
     "batches of %d",
     "jobcap reaper pruned %llu dead or cancelled jobs in database \"%s\" (batch of %d)"};
+const StepMessages kScheduling = {
+    "jobcap: enqueueing scheduled jobs",
+    "jobcap reaper could not enqueue scheduled jobs in database \"%s\", retrying in %ld ms with "
+    "batches of %d",
+    "jobcap reaper handled %llu schedule slots in database \"%s\" (batch of %d)"};
 
 // After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
 // each time in a row; the other steps carry on.
@@ -329,6 +376,97 @@ void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* e
     ereport(LOG, (errcode(error->sqlerrcode), errmsg(failed, w.database, wait, step.batch),
                   errdetail("%s", error->message)));
     FreeErrorData(error);
+}
+
+// Rolled-back claims (background/rollbacks.cpp) taken from the shared ring and not counted
+// yet: given back to the ring if the reaper exits before counting them.
+struct TakenClaims {
+    RolledBackClaim items[kRolledBackPerTake];
+    int next;  // the one being counted
+    int count;
+};
+TakenClaims taken;
+
+void give_back_taken(int, Datum)
+{
+    give_back_rolled_back(&taken.items[taken.next], taken.count - taken.next);
+    taken.count = taken.next = 0;
+}
+
+uint64 rolled_back_step(int32)
+{
+    const RolledBackClaim& claim = taken.items[taken.next];
+    bool dead = false;
+    if (!count_rolled_back(claim, &dead)) {
+        ereport(DEBUG1, (errmsg("jobcap reaper did not count the rolled-back claim of job %lld "
+                                "(fence %lld): the job has moved on",
+                                (long long) claim.job_id, (long long) claim.fence)));
+        return 0;
+    }
+    return 1;
+}
+
+// Counts this database's rolled-back claims, each in a transaction of its own. A claim whose
+// transaction fails is given back to the ring and tried again after a back-off, at most
+// kRolledBackTries times. Nothing between a count's commit and the step to the next claim
+// processes interrupts, so an exit never counts one twice; one that interrupts a count rolls
+// it back and gives the claim back (give_back_taken).
+void count_rollbacks()
+{
+    if (GetCurrentTimestamp() < w.counting_rollbacks.resume_at)
+        return;
+    for (int turn = 0; turn < kBatchesPerCycle; ++turn) {
+        taken.next = 0;
+        taken.count = take_rolled_back(taken.items, kRolledBackPerTake);
+        if (taken.count == 0)
+            break;
+        uint64 counted = 0;
+        while (taken.next < taken.count) {
+            uint64 rows = 0;
+            ErrorData* error = nullptr;
+            Outcome outcome =
+                in_transaction(kCountingRollbacks.activity, rolled_back_step, 0, &rows, &error);
+            if (outcome == Outcome::absent) {
+                // No extension, no job to count: the claims go with it.
+                taken.count = taken.next = 0;
+                return;
+            }
+            if (outcome != Outcome::done) {
+                RolledBackClaim& claim = taken.items[taken.next];
+                if (++claim.tries >= kRolledBackTries) {
+                    ereport(LOG, (errmsg("jobcap reaper gives up counting the rolled-back claim "
+                                         "of job %lld in database \"%s\"",
+                                         (long long) claim.job_id, w.database),
+                                  errdetail("It failed %d times.", kRolledBackTries)));
+                    taken.next++;
+                }
+                give_back_taken(0, 0);
+                back_off(w.counting_rollbacks, kCountingRollbacks.failed, outcome, error);
+                return;
+            }
+            counted += rows;
+            taken.next++;
+        }
+        taken.count = taken.next = 0;
+        if (counted > 0)
+            ereport(DEBUG1,
+                    (errmsg(kCountingRollbacks.done, (unsigned long long) counted, w.database)));
+        CHECK_FOR_INTERRUPTS();
+    }
+    w.counting_rollbacks.failures = 0;
+}
+
+// Rolled-back claims the ring could not keep; whichever reaper sees them first says so.
+void report_lost_rollbacks()
+{
+    uint64 lost = rolled_back_lost_unreported();
+    if (lost > 0)
+        ereport(LOG, (errmsg("jobcap lost %llu rolled-back claims without counting their attempts",
+                             (unsigned long long) lost),
+                      errdetail("The shared queue of rolled-back claims was full: claims roll "
+                                "back faster than the reapers count them."),
+                      errhint("Make sure a jobcap reaper serves every database where claims "
+                              "roll back, and commit claims before the work starts.")));
 }
 
 long extension_absent()
@@ -401,7 +539,11 @@ long cycle()
     if (RecoveryInProgress())
         return reap_interval_ms();
 
+    report_lost_rollbacks();
+    count_rollbacks();
     if (!in_batches(w.reaping, kReaping, reap_step))
+        return extension_absent();
+    if (!in_batches(w.scheduling, kScheduling, schedule_step))
         return extension_absent();
     // Counting comes before pruning: retention deletes only jobs already counted.
     TimestampTz started = GetCurrentTimestamp();
@@ -470,7 +612,8 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     BackgroundWorkerUnblockSignals();
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
-    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = StepState{kBatchMax, 0, 0};
+    w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = w.counting_rollbacks =
+        w.scheduling = StepState{kBatchMax, 0, 0};
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
@@ -483,6 +626,10 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("application_name", "jobcap reaper", PGC_USERSET, PGC_S_OVERRIDE);
     ereport(DEBUG1, (errmsg("jobcap reaper started for database \"%s\"", w.database)));
+    // Backends that roll back a claim in this database set our latch; claims taken from the
+    // ring and not counted yet go back to it if we exit.
+    register_reaper_latch();
+    before_shmem_exit(give_back_taken, 0);
 
     MemoryContext cycle_context =
         AllocSetContextCreate(TopMemoryContext, "jobcap reaper cycle", ALLOCSET_DEFAULT_SIZES);
@@ -512,6 +659,10 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
                           errdetail("The new launcher starts a reaper of its own.")));
             proc_exit(0);
         }
+
+        // Rolled-back claims are counted as soon as they arrive, not at the next cycle.
+        if (w.locked && !RecoveryInProgress() && rolled_back_waiting())
+            count_rollbacks();
 
         TimestampTz now = GetCurrentTimestamp();
         if (now >= next_cycle) {

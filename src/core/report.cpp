@@ -83,7 +83,8 @@ bool report_line(const QueueWindow& w, char* out, std::size_t out_size) noexcept
         sep = "; ";
     }
     if (w.lease_jobs > 0) {
-        append(out, out_size, &used, "%s%lld %s lost %lld %s to expired leases", sep,
+        append(out, out_size, &used,
+               "%s%lld %s lost %lld %s to expired leases or rolled-back claims", sep,
                static_cast<long long>(w.lease_jobs), jobs(w.lease_jobs),
                static_cast<long long>(w.lease_attempts), attempts(w.lease_attempts));
         sep = "; ";

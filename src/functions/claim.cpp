@@ -2,7 +2,16 @@
 // one of these statements, and each is ONE statement that locks, counts and caps:
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
-// run past its cap, and the count is committed before any work starts.
+// run past its cap, and the count is committed before any work starts. Should the claiming
+// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// with jobcap preloaded, the reaper counts their attempts anyway.
+//
+// Queue controls are read inside the same statements: a paused queue hands out nothing, and a
+// queue with max_running hands out only what fits. The common case (neither) costs one
+// one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
+// queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
+// snapshot, and claims at most the difference.
+#include "background/rollbacks.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -25,45 +34,173 @@ namespace statements {
 // Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
 // $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
 // may claim only jobs of queues granted to it.
-#define CLAIM_THE_COHORT                                                                           \
+// PAUSED: the paused guard; CAP: the cap of job j joined with queue q (spi/cap.hpp, or the
+// 0.1.0 rule for the 0.1.0 schema).
+#define CLAIM_THE_COHORT(PAUSED, CAP)                                                              \
     " UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"                      \
     "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
     "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"            \
     "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                     \
     "   FROM jobcap.queues q"                                                                      \
     "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
-    "    AND (j.state = 'pending' AND j.run_at <= $1"                                              \
-    "         AND j.attempts < " JOBCAP_CAP                                                        \
+    "    AND (j.state = 'pending' AND j.run_at <= $1" PAUSED " AND j.attempts < " CAP              \
     ") IS TRUE"                                                                                    \
-    "  RETURNING j.job_id, j.fence, j.attempts, " JOBCAP_CAP                                       \
+    "  RETURNING j.job_id, j.fence, j.attempts, " CAP                                              \
     ","                                                                                            \
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
-// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check does not depend on
-// the row: it runs once, as a one-time filter before the scan.
-JOBCAP_STATEMENT(claim_job, "WITH cohort AS MATERIALIZED ("
-    "  SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"
-    "     AND " JOBCAP_MAY_WORK("$6", "$4")
-    "     AND j.attempts < " JOBCAP_CAP_BY("$4")
-    "   ORDER BY j.priority, j.run_at, j.job_id"
-    "   LIMIT $5"
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED)"
-    CLAIM_THE_COHORT,
+// The 0.1.0 cap rule, for the 0.1.0 schema (no cap_epoch yet).
+#define CAP_0_1 "coalesce(j.max_attempts, q.max_attempts)"
+#define CAP_BY_0_1(QUEUE)                                                                          \
+    "coalesce(j.max_attempts, (SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = " QUEUE  \
+    "))"
+
+// The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
+// claims, which run under the queue's row lock). A missing queue passes neither.
+#define QUEUE_OPEN(QUEUE)                                                                          \
+    "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
+    "  WHERE q.queue = " QUEUE ") IS TRUE"
+#define QUEUE_NOT_PAUSED(QUEUE)                                                                    \
+    "(SELECT NOT q.paused FROM jobcap.queues q WHERE q.queue = " QUEUE ") IS TRUE"
+
+// $4 = queue, $5 = batch, $6 = caller (NULL: privileged). The grant check and the queue's
+// controls do not depend on the row: each runs once, as a one-time filter before the scan.
+// CAP_BY: the cap of job j with its queue looked up by $4.
+#define CLAIM_BATCH(GATE, PAUSED, CAP_BY, CAP)                                                     \
+    "WITH cohort AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
+    "     AND " JOBCAP_MAY_WORK(                                                                   \
+        "$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY                                       \
+                    "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
+                    "   LIMIT $5"                                                                  \
+                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
+
+JOBCAP_STATEMENT(
+    claim_job, CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
     {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID}, PlanKind::steered);
 
+// The same for a capped queue, run under its row lock with $5 = what fits.
+JOBCAP_STATEMENT(claim_job_capped,
+                 CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
+                             JOBCAP_CAP),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 PlanKind::steered);
+
 // $4 = job_id, $5 = caller (NULL: privileged).
+#define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP)                                                       \
+    "WITH cohort AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
+    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
+    "     AND j.attempts < " CAP_BY " AND " JOBCAP_MAY_WORK(                                       \
+        "$5", "j.queue") " AND " GATE                                                              \
+                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
+
 JOBCAP_STATEMENT(claim_job_by_id,
-                 "WITH cohort AS MATERIALIZED ("
-                 "  SELECT j.job_id FROM jobcap.jobs j"
-                 "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"
-                 "     AND j.attempts < " JOBCAP_CAP_BY("j.queue") "     AND " JOBCAP_MAY_WORK(
-                     "$5", "j.queue") "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT,
+                 CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
+                           JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+
+JOBCAP_STATEMENT(claim_job_by_id_capped,
+                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
+                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+
+// The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
+// ALTER EXTENSION jobcap UPDATE (schema_has_controls).
+JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", CAP_BY_0_1("$4"), CAP_0_1),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID},
+                 PlanKind::steered);
+JOBCAP_STATEMENT(claim_job_by_id_0_1, CLAIM_ONE("true", "", CAP_BY_0_1("j.queue"), CAP_0_1),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID}, PlanKind::steered);
+
+// A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
+// wait for it too), then count its running jobs with a fresh snapshot: every claim that went
+// before has committed, and its jobs are counted. Every running job holds its slot, a lease that
+// expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
+// lease, so it is not a free slot. $1 = queue.
+JOBCAP_STATEMENT(lock_capped_queue,
+                 "SELECT q.paused, q.max_running FROM jobcap.queues q WHERE q.queue = $1"
+                 " FOR NO KEY UPDATE OF q",
+                 {TEXTOID});
+
+JOBCAP_STATEMENT(count_running,
+                 "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
+                 "   AND j.queue = $1",
+                 {TEXTOID});
+
+// After a claim of queue $1 found nothing: the queue's controls, and whether the caller ($2)
+// may work it. No row: no such queue.
+JOBCAP_STATEMENT(queue_controls,
+                 "SELECT q.paused, q.max_running, " JOBCAP_MAY_WORK(
+                     "$2", "$1") " FROM jobcap.queues q WHERE q.queue = $1",
+                 {TEXTOID, OIDOID}, PlanKind::generic);
+
+// After claim_job_by_id found nothing (and check_job passed): the job's queue and its controls.
+JOBCAP_STATEMENT(job_queue_controls,
+                 "SELECT q.queue, q.paused, q.max_running FROM jobcap.jobs j"
+                 "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1",
+                 {INT8OID});
 
 }  // namespace statements
 
 namespace {
+
+// How many more jobs queue may start now, under its row lock (taken here, held to commit):
+// 0 when it is paused or full; -1 when it has no cap (any more).
+int32 capped_room(Datum queue)
+{
+    Params p;
+    p.add(queue);
+    if (execute(statements::lock_capped_queue, p, SPI_OK_SELECT) == 0)
+        return 0;
+    if (DatumGetBool(result_column(0, 1)))
+        return 0;
+    bool uncapped = false;
+    int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
+    if (uncapped)
+        return -1;
+    execute_fresh(statements::count_running, p, SPI_OK_SELECT);
+    int32 running = DatumGetInt32(result_column(0, 1));
+    return running >= cap ? 0 : cap - running;
+}
+
+// claim_job and complete_and_claim: the claim of queue (claim_job's parameters: now, worker,
+// lease, queue, batch, caller). Returns how many rows SPI_tuptable holds; raises for a queue
+// that does not exist or is not the caller's.
+uint64 claim_from_queue(const Access& access, const char* function, const Params& claim,
+                        const NameArg& queue, int32 batch)
+{
+    if (!schema_has_controls()) {
+        uint64 rows = execute(statements::claim_job_0_1, claim, SPI_OK_UPDATE_RETURNING);
+        if (rows == 0)
+            check_queue(access, function, queue.datum, queue.cstr);
+        return rows;
+    }
+    uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+    if (rows > 0)
+        return rows;
+    Params check;
+    check.add(queue.datum).add_caller(access);
+    if (execute(statements::queue_controls, check, SPI_OK_SELECT) == 0) {
+        check_queue(access, function, queue.datum, queue.cstr);
+        return 0;
+    }
+    if (!DatumGetBool(result_column(0, 3)))
+        deny_queue(function, queue.cstr);
+    bool uncapped = false;
+    result_column(0, 2, &uncapped);
+    if (DatumGetBool(result_column(0, 1)) || uncapped)
+        return 0;
+    int32 room = capped_room(queue.datum);
+    if (room < 0)  // the cap was lifted meanwhile
+        return execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+    if (room == 0)
+        return 0;
+    Params capped = claim;
+    capped.values[4] = Int32GetDatum(Min(batch, room));
+    return execute(statements::claim_job_capped, capped, SPI_OK_UPDATE_RETURNING);
+}
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work and
 // the job can loop without a count. Inside a savepoint or an exception block it always would: refuse there.
@@ -117,10 +254,10 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
-    uint64 rows = execute(statements::claim_job, p, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
-        check_queue(access, function, queue.datum, queue.cstr);
+    uint64 rows = claim_from_queue(access, function, p, queue, batch);
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -128,7 +265,8 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
 
 // One commit per job instead of two: the previous job's completion (the same compare-and-swap
 // as complete_job) and the next claim run in the caller's one transaction. A stale fence raises
-// JC001 before anything is claimed.
+// JC001 before anything is claimed. output (new in 0.2.0; the 0.1.0 declaration passes six
+// arguments) is kept with the completed job as complete_job keeps it.
 JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
@@ -144,15 +282,21 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
     Params done;
     done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
+    // The 0.1.0 declaration (six arguments) runs on the 0.1.0 schema: no output column yet.
+    bool schema_0_1 = PG_NARGS() < 7;
+    bool no_output = schema_0_1 || PG_ARGISNULL(6);
+    if (!schema_0_1)
+        done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
     Params claim;
     claim.add(now).add(worker.datum).add(lease, no_lease);
     claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    reserve_claims(batch);
     spi_open(access);
-    if (execute(statements::complete_job, done, SPI_OK_UPDATE_RETURNING) == 0)
+    if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
+                SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
-    uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
-        check_queue(access, function, queue.datum, queue.cstr);
+    uint64 rows = claim_from_queue(access, function, claim, queue, batch);
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;
@@ -170,10 +314,33 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     Params p;
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
+    reserve_claims(1);
     spi_open(access);
-    uint64 rows = execute(statements::claim_job_by_id, p, SPI_OK_UPDATE_RETURNING);
-    if (rows == 0)
+    bool controls = schema_has_controls();
+    uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
+                          p, SPI_OK_UPDATE_RETURNING);
+    if (rows == 0 && !controls) {
         check_job(access, function, job_id);
+    } else if (rows == 0) {
+        check_job(access, function, job_id);
+        // Not claimed: not claimable, its queue paused, or its queue capped (then try again
+        // under the queue's row lock when there is room).
+        Params id;
+        id.add(Int64GetDatum(job_id));
+        if (execute(statements::job_queue_controls, id, SPI_OK_SELECT) > 0) {
+            bool uncapped = false;
+            Datum queue = result_column(0, 1);
+            result_column(0, 3, &uncapped);
+            if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
+                int32 room = capped_room(queue);
+                if (room != 0)
+                    rows = execute(
+                        room < 0 ? statements::claim_job_by_id : statements::claim_job_by_id_capped,
+                        p, SPI_OK_UPDATE_RETURNING);
+            }
+        }
+    }
+    note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
     return (Datum) 0;

@@ -20,30 +20,33 @@ constexpr int64 kMaxDeadBatch = 10000;
 #define LAST_ERROR_CHARS "200"  // ... each cut to this many characters
 
 // $1 = queue (NULL: every queue), $2 = since, $3 = until, $4 = n. Ranked by failed attempts in
-// the window (errors and lost leases), then the latest failure.
-JOBCAP_STATEMENT(top_failing_jobs,
-                 "WITH f AS (SELECT e.job_id, count(*) AS failures,"
-                 "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
-                 "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS crashes,"
-                 "     min(e.at) AS first_at, max(e.at) AS last_at"
-                 "   FROM jobcap.job_errors e"
-                 "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired')"
-                 "     AND ($1::text IS NULL OR e.queue = $1)"
-                 "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
-                 " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
-                 ","
-                 "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
-                 "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
-                 "       THEN left(e.error, " LAST_ERROR_CHARS
-                 " - 3) || '...' ELSE e.error END"
-                 "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
-                 "       AND e.kind IN ('error', 'lease_expired')"
-                 "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
-                 ")"
-                 " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
-                 " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
-                 " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
-                 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+// the window (errors, lost leases and rolled-back claims, the last two as crashes), then the
+// latest failure.
+JOBCAP_STATEMENT(
+    top_failing_jobs,
+    "WITH f AS (SELECT e.job_id, count(*) AS failures,"
+    "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashes,"
+    "     min(e.at) AS first_at, max(e.at) AS last_at"
+    "   FROM jobcap.job_errors e"
+    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN ('error', 'lease_expired', "
+    "'claim_rolled_back')"
+    "     AND ($1::text IS NULL OR e.queue = $1)"
+    "   GROUP BY e.job_id ORDER BY count(*) DESC, max(e.at) DESC, e.job_id LIMIT $4)"
+    " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
+    ","
+    "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
+    "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
+    "       THEN left(e.error, " LAST_ERROR_CHARS
+    " - 3) || '...' ELSE e.error END"
+    "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
+    "       AND e.kind IN ('error', 'lease_expired', 'claim_rolled_back')"
+    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
+    ")"
+    " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
+    " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
+    " ORDER BY f.failures DESC, f.last_at DESC, f.job_id",
+    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // The dead jobs of queue $1 whose last failure's text matches $2 (LIKE; NULL: any, including
 // none) and that died in ($3, $4) (NULL: unbounded), oldest death first, at most $5, locked and
@@ -54,7 +57,8 @@ JOBCAP_STATEMENT(top_failing_jobs,
     "     AND ($3::timestamptz IS NULL OR j.finished_at > $3)"                                     \
     "     AND ($4::timestamptz IS NULL OR j.finished_at < $4)"                                     \
     "     AND ($2::text IS NULL OR (SELECT e.error FROM jobcap.job_errors e"                       \
-    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired')"                \
+    "           WHERE e.job_id = j.job_id AND e.kind IN ('error', 'lease_expired', "               \
+    "'claim_rolled_back')"                                                                         \
     "           ORDER BY e.seq DESC LIMIT 1) LIKE $2)"                                             \
     "   ORDER BY j.finished_at, j.job_id LIMIT $5 " LOCK
 

@@ -69,9 +69,10 @@ const PerQueue kWindowCounts[] = {
     {"jobcap_window_failing_jobs", &QueueStats::failing_jobs, false,
      "Distinct jobs that reported an error in the window: four poison jobs are 4."},
     {"jobcap_window_lost_leases", &QueueStats::lost_leases, false,
-     "Attempts whose lease expired without a report (killed, hung, timed out) in the window."},
+     "Attempts that ended without a report in the window: a lease that expired (killed, hung, "
+     "timed out) or a claim that rolled back."},
     {"jobcap_window_crashed_jobs", &QueueStats::crashed_jobs, false,
-     "Distinct jobs that lost a lease in the window."},
+     "Distinct jobs that lost a lease or rolled back a claim in the window."},
 };
 
 }  // namespace
@@ -102,6 +103,18 @@ JOBCAP_FUNCTION(metrics, Duty::operator_)
         for (int s = 0; s < 4; ++s)
             sample(&out, "jobcap_jobs", stats[r].queue, "state", kStates[s], (double) n[s]);
     }
+    help_and_type(&out, "jobcap_queue_paused", "gauge",
+                  "1 while the queue is paused (jobcap.pause_queue): it hands out no job.");
+    for (uint64 r = 0; r < rows; ++r)
+        sample(&out, "jobcap_queue_paused", stats[r].queue, nullptr, nullptr,
+               stats[r].paused ? 1.0 : 0.0);
+    help_and_type(&out, "jobcap_queue_max_running", "gauge",
+                  "The queue's limit on jobs running at once (max_running); queues without "
+                  "one are left out.");
+    for (uint64 r = 0; r < rows; ++r)
+        if (stats[r].max_running > 0)
+            sample(&out, "jobcap_queue_max_running", stats[r].queue, nullptr, nullptr,
+                   (double) stats[r].max_running);
     help_and_type(&out, "jobcap_oldest_pending_age_seconds", "gauge",
                   "Age of the oldest due pending job (since its run_at); 0 when none is due.");
     for (uint64 r = 0; r < rows; ++r)

@@ -1,4 +1,4 @@
-// create_queue, alter_queue, drop_queue.
+// create_queue, alter_queue, drop_queue, pause_queue, resume_queue.
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -9,8 +9,17 @@
 namespace jobcap {
 namespace {
 
+// $7 = max_running: NULL or 0 for no limit.
 JOBCAP_STATEMENT(
     insert_queue,
+    "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
+    "   max_running)"
+    " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
+
+// The same on the 0.1.0 schema (no max_running), for its six-argument declarations.
+JOBCAP_STATEMENT(
+    insert_queue_0_1,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify)"
     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue) DO NOTHING",
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID});
@@ -26,9 +35,25 @@ JOBCAP_STATEMENT(update_queue,
                  "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
                  " cap_epoch = cap_epoch + (coalesce($2, max_attempts) < max_attempts)::int,"
                  " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
+                 " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"
+                 " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
+                 " WHERE queue = $1",
+                 {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
+
+JOBCAP_STATEMENT(update_queue_0_1,
+                 "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
+                 " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
                  " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify)"
                  " WHERE queue = $1",
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID});
+
+// pause_queue and resume_queue: the flag as it was, under the row lock (a capped queue's claim
+// in flight holds it: the change waits for that claim to commit).
+JOBCAP_STATEMENT(lock_paused, "SELECT paused FROM jobcap.queues WHERE queue = $1 FOR NO KEY UPDATE",
+                 {TEXTOID});
+
+JOBCAP_STATEMENT(set_paused, "UPDATE jobcap.queues SET paused = $2 WHERE queue = $1",
+                 {TEXTOID, BOOLOID});
 
 // drop_queue holds this lock to commit: no job of the queue can be written meanwhile, so the
 // check for active jobs and the deletes below see every job there will be. EXCLUSIVE (not
@@ -59,8 +84,9 @@ core::Span span_of(Datum d)
     return s;
 }
 
-// The queue (argument 0) and the five settings shared by create_queue and alter_queue
-// (arguments 1..5), each optional: the parameters of insert_queue and update_queue, in order.
+// The queue (argument 0) and the six settings shared by create_queue and alter_queue
+// (arguments 1..6), each optional: the parameters of insert_queue and update_queue, in order.
+// max_running (argument 6) is new in 0.2.0: the 0.1.0 declarations pass six arguments.
 // With `required`, every setting but the cap must be given (create_queue's defaults are in its
 // signature) and a missing cap is jobcap.default_max_attempts.
 Params queue_settings(FunctionCallInfo fcinfo, bool required)
@@ -79,7 +105,34 @@ Params queue_settings(FunctionCallInfo fcinfo, bool required)
             raise_problem(core::check_not_null(kNames[a - 2], true));
         p.add(d, is_null);
     }
+    if (PG_NARGS() < 7)
+        return p;  // the 0.1.0 declaration, on the 0.1.0 schema: insert_queue_0_1, update_queue_0_1
+    bool uncapped = PG_ARGISNULL(6);
+    int32 running = uncapped ? 0 : PG_GETARG_INT32(6);
+    if (running < 0 || running > core::kMaxRunning)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_running must be between 0 and %d, not %d",
+                               static_cast<int>(core::kMaxRunning), running),
+                        errhint("0 (or NULL when creating the queue) means no limit.")));
+    p.add(Int32GetDatum(running), uncapped);
     return p;
+}
+
+// pause_queue and resume_queue: sets the flag; false when it was set already.
+bool set_queue_paused(Access& access, NameArg queue, bool paused)
+{
+    Params p;
+    p.add(queue.datum).add(BoolGetDatum(paused));
+    Params q;
+    q.add(queue.datum);
+    spi_open(access);
+    if (execute(lock_paused, q, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(queue.cstr);
+    bool changed = DatumGetBool(result_column(0, 1)) != paused;
+    if (changed)
+        execute(set_paused, p, SPI_OK_UPDATE);
+    spi_close(access);
+    return changed;
 }
 
 void check_backoff(Datum base, Datum max)
@@ -101,7 +154,7 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
     check_backoff(p.values[3], p.values[4]);
 
     spi_open(access);
-    if (execute(insert_queue, p, SPI_OK_INSERT) == 0)
+    if (execute(PG_NARGS() < 7 ? insert_queue_0_1 : insert_queue, p, SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                         errmsg("queue \"%s\" already exists", queue.cstr),
                         errhint("Change its settings with jobcap.alter_queue.")));
@@ -121,7 +174,7 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
         raise_unknown_queue(queue.cstr);
     check_backoff(p.nulls[3] == 'n' ? result_column(0, 1) : p.values[3],
                   p.nulls[4] == 'n' ? result_column(0, 2) : p.values[4]);
-    execute(update_queue, p, SPI_OK_UPDATE);
+    execute(PG_NARGS() < 7 ? update_queue_0_1 : update_queue, p, SPI_OK_UPDATE);
     spi_close(access);
     PG_RETURN_VOID();
 }
@@ -154,4 +207,18 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     execute(delete_queue, p, SPI_OK_DELETE);
     spi_close(access);
     PG_RETURN_VOID();
+}
+
+// A paused queue hands out nothing (every claim reads the flag in the statement that claims);
+// running jobs settle normally and enqueue still works.
+JOBCAP_FUNCTION(pause_queue, Duty::operator_)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    PG_RETURN_BOOL(set_queue_paused(access, queue, true));
+}
+
+JOBCAP_FUNCTION(resume_queue, Duty::operator_)
+{
+    NameArg queue = arg_queue(fcinfo, 0);
+    PG_RETURN_BOOL(set_queue_paused(access, queue, false));
 }

@@ -17,8 +17,19 @@
 namespace jobcap {
 namespace statements {
 
+// $5 = output (already bounded: kept_output), NULL for none.
 JOBCAP_STATEMENT(
     complete_job,
+    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"
+    "   output = $5"
+    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
+    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
+
+// complete_job of the 0.1.0 schema (no output column), for the 0.1.0 declarations that call
+// this library between its installation and ALTER EXTENSION jobcap UPDATE.
+JOBCAP_STATEMENT(
+    complete_job_0_1,
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
     " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
@@ -46,8 +57,24 @@ JOBCAP_STATEMENT(fail_job, "WITH failed AS (UPDATE jobcap.jobs j"
 // twice, once with a stale fence, still raises); the caller then raises, and nothing of the batch
 // commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
 // is not settled either, and raise_not_current then refuses it with 42501.
-JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY"
-    "                 AS i(job_id, fence, n)),"
+// $5 = outputs (NULL: none; else as long as $1, each already bounded).
+JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[])"
+    "                 WITH ORDINALITY AS i(job_id, fence, output, n)),"
+    " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
+    "     lease_expires_at = NULL, output = i.output"
+    "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
+    "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
+    "   RETURNING j.job_id, j.fence)"
+    " SELECT c.settled, m.job_id, m.fence"
+    "   FROM (SELECT count(*)::int AS settled FROM settled) c"
+    "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
+    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
+    "      ORDER BY i.n LIMIT 1) m ON true",
+    {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, PlanKind::steered);
+
+// complete_jobs of the 0.1.0 schema (no output column), for its two-argument declaration.
+JOBCAP_STATEMENT(complete_jobs_0_1, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[])"
+    "                 WITH ORDINALITY AS i(job_id, fence, n)),"
     " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
     "     lease_expires_at = NULL"
     "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
@@ -96,12 +123,38 @@ Datum compare_and_swap(Access& access, Statement& s, const char* function, int64
     return result;
 }
 
+// complete_jobs' outputs, each bounded as complete_job bounds one; NULL elements stay NULL.
+Datum kept_outputs(ArrayType* outputs, int count)
+{
+    if (ARR_NDIM(outputs) > 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outputs must be a one-dimensional array")));
+    Datum* elems = nullptr;
+    bool* nulls = nullptr;
+    int n = 0;
+    deconstruct_array(outputs, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+    if (n != count)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("outputs must be NULL or have one element per job"),
+                        errdetail("%d job ids, %d outputs.", count, n)));
+    if (n == 0)
+        return PointerGetDatum(outputs);
+    for (int i = 0; i < n; ++i)
+        if (!nulls[i])
+            elems[i] = kept_output(elems[i]);
+    int dims[1] = {n};
+    int lbs[1] = {1};
+    return PointerGetDatum(
+        construct_md_array(elems, nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+}
+
 }  // namespace
 
 }  // namespace jobcap
 
 using namespace jobcap;
 
+// The output argument is new in 0.2.0: the 0.1.0 declaration passes two arguments.
 JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
@@ -109,6 +162,13 @@ JOBCAP_FUNCTION(complete_job, Duty::worker)
     Params p;
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    // The 0.1.0 declaration (two arguments) runs on the 0.1.0 schema: no output column yet.
+    bool schema_0_1 = PG_NARGS() < 3;
+    if (schema_0_1)
+        return compare_and_swap(access, statements::complete_job_0_1, function, job_id, fence, p,
+                                SPI_OK_UPDATE_RETURNING);
+    bool no_output = PG_ARGISNULL(2);
+    p.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2)), no_output);
     return compare_and_swap(access, statements::complete_job, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
 }
@@ -169,11 +229,19 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
                 (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                  errmsg("cannot complete %d jobs in one call", count),
                  errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
+    // outputs is new in 0.2.0 (the 0.1.0 declaration passes two arguments): NULL or one per job.
+    bool no_outputs = PG_NARGS() < 3 || PG_ARGISNULL(2);
+    Datum outputs =
+        no_outputs ? (Datum) 0 : kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
     Params p;
     p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    bool schema_0_1 = PG_NARGS() < 3;
+    if (!schema_0_1)
+        p.add(outputs, no_outputs);
     spi_open(access);
-    execute(statements::complete_jobs, p, SPI_OK_SELECT);
+    execute(schema_0_1 ? statements::complete_jobs_0_1 : statements::complete_jobs, p,
+            SPI_OK_SELECT);
     int32 settled = DatumGetInt32(result_column(0, 1));
     bool all_current = false;
     Datum stale_job = result_column(0, 2, &all_current);

@@ -3,7 +3,8 @@
 //
 //  * Jobs by state now: the partial indexes jobs_claim (pending), jobs_running and jobs_dead, so
 //    the cost follows the live and dead jobs, never the succeeded ones.
-//  * Failures, lost leases: job_errors over its (at) index; failures are rare events. Exact as
+//  * Failures, lost leases (attempts that ended without a report: a lease that expired or a
+//    claim that rolled back): job_errors over its (at) index; failures are rare events. Exact as
 //    long as no job wrote more than jobcap.error_history history rows since the window started
 //    (docs/observability.md: "When the failure figures are exact").
 //  * Deaths in the window: jobs_dead, (queue, finished_at).
@@ -55,41 +56,50 @@ static_assert(core::kLatencyBins == 110 && core::kLatencyBinsPerDoubling == 4,
 namespace statements {
 
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
-JOBCAP_STATEMENT(
-    queue_stats,
-    "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"
-    "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"
-    "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"
-    "   FROM jobcap.jobs j WHERE j.state = 'pending' GROUP BY j.queue),"
-    " run AS (SELECT j.queue, count(*) AS n FROM jobcap.jobs j WHERE j.state = 'running'"
-    "   GROUP BY j.queue),"
-    " dead AS (SELECT j.queue, count(*) AS n,"
-    "     count(*) FILTER (WHERE j.finished_at > $1 AND j.finished_at <= $2) AS new"
-    "   FROM jobcap.jobs j WHERE j.state = 'dead' GROUP BY j.queue),"
-    " fail AS (SELECT e.queue, count(*) FILTER (WHERE e.kind = 'error') AS attempts,"
-    "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'error') AS jobs,"
-    "     count(*) FILTER (WHERE e.kind = 'lease_expired') AS lost,"
-    "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'lease_expired') AS crashed"
-    "   FROM jobcap.job_errors e WHERE e.at > $1 AND e.at <= $2 GROUP BY e.queue),"
-    " done AS (SELECT m.queue, sum(m.succeeded)::bigint AS succeeded,"
-    "     sum(m.cancelled)::bigint AS cancelled FROM jobcap.stats_minutes m"
-    "   WHERE m.minute > $1 - interval '1 minute' AND m.minute <= $2 GROUP BY m.queue),"
-    " lat AS (SELECT l.queue, array_agg(l.bin ORDER BY l.bin) AS bins,"
-    "     array_agg(l.jobs ORDER BY l.bin) AS jobs"
-    "   FROM (SELECT s.queue, s.bin, sum(s.jobs)::bigint AS jobs FROM jobcap.stats_latency s"
-    "     WHERE s.minute > $1 - interval '1 minute' AND s.minute <= $2"
-    "     GROUP BY s.queue, s.bin) l GROUP BY l.queue)"
-    " SELECT q.queue, coalesce(p.due, 0), coalesce(p.scheduled, 0), coalesce(r.n, 0),"
-    "   coalesce(d.n, 0), coalesce(c.succeeded, 0), coalesce(c.cancelled, 0),"
-    "   coalesce(f.attempts, 0), coalesce(f.jobs, 0), coalesce(f.lost, 0), coalesce(f.crashed, 0),"
-    "   coalesce(d.new, 0), l.bins, l.jobs, extract(epoch FROM $3 - p.oldest)::float8,"
-    "   (SELECT s.counted_until FROM jobcap.stats_progress s)"
-    "  FROM jobcap.queues q"
-    "  LEFT JOIN pend p ON p.queue = q.queue LEFT JOIN run r ON r.queue = q.queue"
-    "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"
-    "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"
-    " ORDER BY q.queue",
-    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+// The last two columns are the queue's controls: CONTROLS, two expressions.
+#define QUEUE_STATS(CONTROLS)                                                                      \
+    "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"                 \
+    "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"                                     \
+    "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"                                   \
+    "   FROM jobcap.jobs j WHERE j.state = 'pending' GROUP BY j.queue),"                           \
+    " run AS (SELECT j.queue, count(*) AS n FROM jobcap.jobs j WHERE j.state = 'running'"          \
+    "   GROUP BY j.queue),"                                                                        \
+    " dead AS (SELECT j.queue, count(*) AS n,"                                                     \
+    "     count(*) FILTER (WHERE j.finished_at > $1 AND j.finished_at <= $2) AS new"               \
+    "   FROM jobcap.jobs j WHERE j.state = 'dead' GROUP BY j.queue),"                              \
+    " fail AS (SELECT e.queue, count(*) FILTER (WHERE e.kind = 'error') AS attempts,"              \
+    "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'error') AS jobs,"                       \
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS lost,"       \
+    "     count(DISTINCT e.job_id)"                                                                \
+    "       FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back')) AS crashed"            \
+    "   FROM jobcap.job_errors e WHERE e.at > $1 AND e.at <= $2 GROUP BY e.queue),"                \
+    " done AS (SELECT m.queue, sum(m.succeeded)::bigint AS succeeded,"                             \
+    "     sum(m.cancelled)::bigint AS cancelled FROM jobcap.stats_minutes m"                       \
+    "   WHERE m.minute > $1 - interval '1 minute' AND m.minute <= $2 GROUP BY m.queue),"           \
+    " lat AS (SELECT l.queue, array_agg(l.bin ORDER BY l.bin) AS bins,"                            \
+    "     array_agg(l.jobs ORDER BY l.bin) AS jobs"                                                \
+    "   FROM (SELECT s.queue, s.bin, sum(s.jobs)::bigint AS jobs FROM jobcap.stats_latency s"      \
+    "     WHERE s.minute > $1 - interval '1 minute' AND s.minute <= $2"                            \
+    "     GROUP BY s.queue, s.bin) l GROUP BY l.queue)"                                            \
+    " SELECT q.queue, coalesce(p.due, 0), coalesce(p.scheduled, 0), coalesce(r.n, 0),"             \
+    "   coalesce(d.n, 0), coalesce(c.succeeded, 0), coalesce(c.cancelled, 0),"                     \
+    "   coalesce(f.attempts, 0), coalesce(f.jobs, 0), coalesce(f.lost, 0), coalesce(f.crashed, "   \
+    "0),"                                                                                          \
+    "   coalesce(d.new, 0), l.bins, l.jobs, extract(epoch FROM $3 - p.oldest)::float8,"            \
+    "   (SELECT s.counted_until FROM jobcap.stats_progress s), " CONTROLS                          \
+    "  FROM jobcap.queues q"                                                                       \
+    "  LEFT JOIN pend p ON p.queue = q.queue LEFT JOIN run r ON r.queue = q.queue"                 \
+    "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"                \
+    "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"                 \
+    " ORDER BY q.queue"
+
+JOBCAP_STATEMENT(queue_stats, QUEUE_STATS("q.paused, q.max_running"),
+                 {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+
+// The same on the 0.1.0 schema (no controls yet), between installing this library and
+// ALTER EXTENSION jobcap UPDATE: the reaper's report and the 0.1.0 queue_stats run it.
+JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4"),
+                 {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // Counts the jobs that finished in ($1, upto], where upto is $2 (the settled horizon) or, when
 // more than $3 jobs finished by then, the finishing time of the $3-th (a job is counted in the
@@ -190,7 +200,9 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
     Params p;
     p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
     p.add(TimestampTzGetDatum(w.now));
-    uint64 rows = execute(statements::queue_stats, p, SPI_OK_SELECT);
+    uint64 rows =
+        execute(schema_has_controls() ? statements::queue_stats : statements::queue_stats_0_1, p,
+                SPI_OK_SELECT);
     QueueStats* stats = static_cast<QueueStats*>(SPI_palloc(sizeof(QueueStats) * (rows + 1)));
     memset(stats, 0, sizeof(QueueStats) * (rows + 1));
     w.counted = false;
@@ -230,6 +242,10 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
         s.has_oldest = !no_oldest;
         s.oldest_pending_sec = no_oldest ? 0.0 : DatumGetFloat8(oldest);
         w.counted_until = DatumGetTimestampTz(result_column(r, 16));
+        s.paused = DatumGetBool(result_column(r, 17));
+        bool uncapped = false;
+        Datum cap = result_column(r, 18, &uncapped);
+        s.max_running = uncapped ? 0 : DatumGetInt32(cap);
     }
     if (rows == 0) {
         // No queue: the watermark still tells whether counting runs.
@@ -279,8 +295,8 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
     spi_close(access);
     for (uint64 r = 0; r < rows; ++r) {
         const QueueStats& s = stats[r];
-        Datum v[18];
-        bool nulls[18] = {};
+        Datum v[20];
+        bool nulls[20] = {};
         v[0] = CStringGetTextDatum(s.queue);
         v[1] = Int64GetDatum(s.pending);
         v[2] = Int64GetDatum(s.scheduled);
@@ -303,6 +319,10 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
         v[15] = TimestampTzGetDatum(w.since);
         v[16] = TimestampTzGetDatum(w.until);
         v[17] = TimestampTzGetDatum(w.counted_until);
+        // paused and max_running: columns of the 0.2.0 declaration only.
+        v[18] = BoolGetDatum(s.paused);
+        v[19] = Int32GetDatum(s.max_running);
+        nulls[19] = s.max_running == 0;
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     }
     return (Datum) 0;

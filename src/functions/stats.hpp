@@ -24,7 +24,8 @@ struct QueueStats {
     int64 cancelled;        // window, from the counts (valid when counted)
     int64 failed_attempts;  // window: error reports (fail_job)
     int64 failing_jobs;     // window: distinct jobs among them
-    int64 lost_leases;      // window: attempts whose lease expired without a report
+    int64 lost_leases;      // window: attempts that ended without a report (lease expired,
+                            // or claim rolled back and counted by the reaper)
     int64 crashed_jobs;     // window: distinct jobs among them
     int64 new_dead;         // window: jobs that went dead
     bool has_latency;       // any claim latency counted in the window
@@ -32,6 +33,8 @@ struct QueueStats {
     double latency_p95;
     bool has_oldest;  // any due pending job
     double oldest_pending_sec;
+    bool paused;        // now: pause_queue
+    int32 max_running;  // now: the queue's limit, 0 for none
 };
 
 struct StatsWindow {

@@ -47,6 +47,12 @@ Access admit(const char* function, Duty duty);
 void spi_open(Access& access);
 void spi_close(Access& access);
 
+// Whether the installed schema has 0.2.0's queue controls and job output (jobcap.queues.paused).
+// Between installing this library and ALTER EXTENSION jobcap UPDATE, the 0.1.0 schema is still
+// in place: the claims, completions and statistics then run their 0.1.0 statements. Two
+// syscache look-ups, no state kept.
+bool schema_has_controls();
+
 // The caller's role name, for history rows written on its behalf.
 Datum caller_name(const Access& access);
 

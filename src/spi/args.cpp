@@ -36,6 +36,11 @@ NameArg arg_queue(FunctionCallInfo fcinfo, int n)
     return arg_name(fcinfo, n, "queue", core::kMaxQueueName);
 }
 
+NameArg arg_schedule(FunctionCallInfo fcinfo, int n)
+{
+    return arg_name(fcinfo, n, "name", core::kMaxQueueName);
+}
+
 NameArg arg_worker(FunctionCallInfo fcinfo, int n)
 {
     return arg_name(fcinfo, n, "worker", core::kMaxWorkerName);
@@ -124,6 +129,16 @@ Datum arg_payload(FunctionCallInfo fcinfo, int n)
                         errhint("Store large data elsewhere and enqueue a reference to it, or "
                                 "raise jobcap.max_payload_bytes.")));
     return payload;
+}
+
+Datum kept_output(Datum output)
+{
+    // The size as stored before compression, read from the header: no detoasting.
+    Size size = toast_raw_datum_size(output) - VARHDRSZ;
+    if (size <= static_cast<Size>(guc_max_output_bytes))
+        return output;
+    char* marker = psprintf("{\"truncated\": true, \"bytes\": %zu}", static_cast<size_t>(size));
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum(marker));
 }
 
 Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what)

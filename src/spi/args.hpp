@@ -13,6 +13,7 @@ struct NameArg {
 
 NameArg arg_queue(FunctionCallInfo fcinfo, int n);
 NameArg arg_worker(FunctionCallInfo fcinfo, int n);
+NameArg arg_schedule(FunctionCallInfo fcinfo, int n);  // a schedule's name
 
 // A required positive integer, at most max.
 int32 arg_count(FunctionCallInfo fcinfo, int n, const char* what, int64 max);
@@ -37,6 +38,10 @@ Datum kept_text(text* value);
 
 // A jsonb payload: at most jobcap.max_payload_bytes (54000 otherwise).
 Datum arg_payload(FunctionCallInfo fcinfo, int n);
+
+// A job's output as kept (jobs.output): the value itself when it is at most
+// jobcap.max_output_bytes, else the valid jsonb {"truncated": true, "bytes": n}.
+Datum kept_output(Datum output);
 
 // A required argument with no rule beyond "not null".
 Datum arg_required(FunctionCallInfo fcinfo, int n, const char* what);

@@ -129,8 +129,8 @@ BEGIN
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   EXECUTE format('PREPARE settle_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) EXECUTE settle_probe(%s)',
-                 CASE name WHEN 'complete_jobs' THEN format('ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], clock_timestamp(), NULL', j.job_id, j.fence)
-                           ELSE format('%s, %s, clock_timestamp(), NULL', j.job_id, j.fence) END) INTO plan;
+                 CASE name WHEN 'complete_jobs' THEN format('ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], clock_timestamp(), NULL, NULL', j.job_id, j.fence)
+                           ELSE format('%s, %s, clock_timestamp(), NULL, NULL', j.job_id, j.fence) END) INTO plan;
   DEALLOCATE settle_probe;
   RETURN plan::jsonb;
 END $$;

@@ -64,4 +64,19 @@ END $$;
 SELECT jobcap.cancel_job(:job2);
 CALL slow_worker();
 DROP PROCEDURE slow_worker();
+
+-- 4. A transaction that claimed cannot be prepared: its fate would be decided in another
+-- session. Without the preload the rolled-back claim is not counted (the documented limit).
+SELECT jobcap.enqueue_job('tx') AS job3 \gset
+BEGIN;
+SELECT count(*) AS claimed FROM jobcap.claim_job_by_id(:job3, 'p');
+PREPARE TRANSACTION 'claimed';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT state, attempts FROM jobcap.jobs WHERE job_id = :job3;
+-- A transaction that claimed nothing prepares as before.
+BEGIN;
+SELECT jobcap.cancel_job(:job3);
+PREPARE TRANSACTION 'cancelled';
+COMMIT PREPARED 'cancelled';
+SELECT state FROM jobcap.jobs WHERE job_id = :job3;
 SELECT jobcap.drop_queue('tx', force => true);

@@ -44,7 +44,9 @@ TEST(Report, OnePoisonJobIsOneJobNotItsAttempts)
     w.dead = 1;
     w.lease_jobs = 1;
     w.lease_attempts = 3;
-    EXPECT_EQ(line(w), "1 job went dead (1 dead in all); 1 job lost 3 attempts to expired leases");
+    EXPECT_EQ(line(w),
+              "1 job went dead (1 dead in all); 1 job lost 3 attempts to expired leases or "
+              "rolled-back claims");
 }
 
 TEST(Report, PluralsAndEachPartAlone)
@@ -57,7 +59,7 @@ TEST(Report, PluralsAndEachPartAlone)
     w = window();
     w.lease_jobs = 2;
     w.lease_attempts = 1;  // cannot really be fewer than jobs; the wording still holds
-    EXPECT_EQ(line(w), "2 jobs lost 1 attempt to expired leases");
+    EXPECT_EQ(line(w), "2 jobs lost 1 attempt to expired leases or rolled-back claims");
 }
 
 TEST(Report, BacklogGrowsOnlyWhenLargerAndOlderThanTheWindow)
@@ -90,7 +92,8 @@ TEST(Report, AllThreeInOneLine)
     w.due_before = 1;
     w.oldest_due_sec = 7200;
     EXPECT_EQ(line(w),
-              "1 job went dead (2 dead in all); 3 jobs lost 4 attempts to expired leases; "
+              "1 job went dead (2 dead in all); 3 jobs lost 4 attempts to expired leases or "
+              "rolled-back claims; "
               "backlog 5 due (was 1), oldest waiting 2 h");
 }
 
@@ -142,5 +145,5 @@ TEST(Report, FailuresCountJobsBesideAttemptsButAreNotNewsAlone)
     w.lease_attempts = 2;
     EXPECT_EQ(line(w),
               "4 jobs went dead (4 dead in all); 1 job failed 1 attempt; 1 job lost 2 "
-              "attempts to expired leases");
+              "attempts to expired leases or rolled-back claims");
 }

@@ -13,10 +13,45 @@ async function call(db, operation, text, values, jobId, fence) {
   }
 }
 
+/** Creates a queue; maxRunning caps the jobs of the queue that run at once (null: no cap). */
 async function createQueue(db, queue, { maxAttempts = null, lease = 300000, backoffBase = 10000,
-  backoffMax = 3600000, notify = false } = {}) {
-  await db.query('SELECT jobcap.create_queue($1, $2, $3, $4, $5, $6)',
-    [queue, maxAttempts, interval(lease), interval(backoffBase), interval(backoffMax), notify]);
+  backoffMax = 3600000, notify = false, maxRunning = null } = {}) {
+  await db.query('SELECT jobcap.create_queue($1, $2, $3, $4, $5, $6, $7)',
+    [queue, maxAttempts, interval(lease), interval(backoffBase), interval(backoffMax), notify,
+      maxRunning]);
+}
+
+/** Changes a queue's cap on jobs running at once; null removes it. */
+async function setMaxRunning(db, queue, maxRunning) {
+  await db.query('SELECT jobcap.alter_queue($1, max_running => $2)',
+    [queue, maxRunning == null ? 0 : maxRunning]);
+}
+
+/** Stops handing out jobs of queue (running jobs settle); false if it was paused already. */
+async function pauseQueue(db, queue) {
+  const { rows } = await db.query('SELECT jobcap.pause_queue($1) AS changed', [queue]);
+  return rows[0].changed;
+}
+
+/** Hands out jobs of a paused queue again; false if it was not paused. */
+async function resumeQueue(db, queue) {
+  const { rows } = await db.query('SELECT jobcap.resume_queue($1) AS changed', [queue]);
+  return rows[0].changed;
+}
+
+/** Creates or replaces a periodic job (five-field cron, UTC); resolves to its next slot. */
+async function scheduleJob(db, name, cron, queue, payload = {}, { priority = 0,
+  maxAttempts = null } = {}) {
+  const { rows } = await db.query(
+    'SELECT jobcap.schedule_job($1, $2, $3, $4, $5, $6) AS next_run',
+    [name, cron, queue, JSON.stringify(payload), priority, maxAttempts]);
+  return rows[0].next_run;
+}
+
+/** Removes a periodic job; false if there was none. */
+async function unscheduleJob(db, name) {
+  const { rows } = await db.query('SELECT jobcap.unschedule_job($1) AS removed', [name]);
+  return rows[0].removed;
 }
 
 /** Enqueues one job in the caller's transaction; resolves to its id. */
@@ -28,9 +63,14 @@ async function enqueue(db, queue, payload = {}, { runAt = null, priority = 0, ma
   return Number(rows[0].id);
 }
 
-async function complete(db, jobId, fence) {
-  const { rows } = await call(db, 'complete_job',
-    'SELECT jobcap.complete_job($1, $2)::text AS state', [jobId, fence], jobId, fence);
+/** Completes a job under its fence; output (anything JSON, null for none) is kept in
+ * jobs.output, bounded by jobcap.max_output_bytes. */
+async function complete(db, jobId, fence, output = null) {
+  const { rows } = output == null
+    ? await call(db, 'complete_job',
+      'SELECT jobcap.complete_job($1, $2)::text AS state', [jobId, fence], jobId, fence)
+    : await call(db, 'complete_job', 'SELECT jobcap.complete_job($1, $2, $3)::text AS state',
+      [jobId, fence, JSON.stringify(output)], jobId, fence);
   return rows[0].state;
 }
 
@@ -53,4 +93,7 @@ async function assertFence(db, jobId, fence) {
     jobId, fence);
 }
 
-module.exports = { interval, createQueue, enqueue, complete, fail, heartbeat, assertFence };
+module.exports = {
+  interval, createQueue, setMaxRunning, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
+  enqueue, complete, fail, heartbeat, assertFence,
+};

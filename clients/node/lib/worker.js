@@ -36,6 +36,8 @@ class Job {
     this.leaseExpiresAt = row.lease_expires_at;
     this.client = null;
     this.signal = null;
+    /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
+    this.output = null;
     this._worker = worker;
     this._grantedAt = grantedAt;
   }
@@ -313,7 +315,7 @@ class Worker extends EventEmitter {
         return;
       }
       this._unwatch(entry);
-      const state = await sql.complete(client, job.id, job.fence);
+      const state = await sql.complete(client, job.id, job.fence, job.output);
       await client.query('COMMIT');
       this._settled(job, state, null);
     } catch (err) {

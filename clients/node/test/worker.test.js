@@ -184,6 +184,63 @@ describe('settling', () => {
   });
 });
 
+describe('queue controls', () => {
+  const claim = async (q, batch = 10) => (await db.query(
+    "SELECT count(*)::int AS n FROM jobcap.claim_job($1, 'w', $2)", [q, batch])).rows[0].n;
+
+  it('pauses and resumes a queue', async () => {
+    await queue();
+    await enqueue({ n: 1 });
+    assert.equal(await jobcap.pauseQueue(db, ctx.queue), true);
+    assert.equal(await jobcap.pauseQueue(db, ctx.queue), false);
+    await enqueue({ n: 2 });
+    assert.equal(await claim(ctx.queue), 0);
+    assert.equal(await jobcap.resumeQueue(db, ctx.queue), true);
+    assert.equal(await jobcap.resumeQueue(db, ctx.queue), false);
+    assert.equal(await claim(ctx.queue), 2);
+  });
+
+  it('creates a queue with maxRunning and changes it', async () => {
+    await queue({ maxRunning: 2 });
+    for (let n = 0; n < 5; n++) await enqueue({ n });
+    assert.equal(await claim(ctx.queue, 5), 2);
+    assert.equal(await claim(ctx.queue, 5), 0);
+    await jobcap.setMaxRunning(db, ctx.queue, 3);
+    assert.equal(await claim(ctx.queue, 5), 1);
+    await jobcap.setMaxRunning(db, ctx.queue, null);
+    assert.equal(await claim(ctx.queue, 5), 2);
+  });
+
+  it('keeps the output given to complete and set by the handler', async () => {
+    await queue();
+    const id = await enqueue();
+    const { rows } = await db.query("SELECT fence FROM jobcap.claim_job($1, 'w')", [ctx.queue]);
+    assert.equal(await jobcap.complete(db, id, Number(rows[0].fence), { rows: 3 }), 'succeeded');
+    const output = async (i) => (await db.query(
+      'SELECT output FROM jobcap.jobs WHERE job_id = $1', [i])).rows[0].output;
+    assert.deepEqual(await output(id), { rows: 3 });
+    const ids = [];
+    for (let n = 0; n < 3; n++) ids.push(await enqueue({ n }));
+    start((j) => { if (j.payload.n) j.output = { double: j.payload.n * 2 }; });
+    await waitFor(async () => (await Promise.all(ids.map(job))).every((r) => r.state === 'succeeded'));
+    assert.deepEqual(await Promise.all(ids.map(output)), [null, { double: 2 }, { double: 4 }]);
+  });
+
+  it('schedules and unschedules a periodic job', async () => {
+    await queue();
+    const name = `${ctx.queue}_tick`;
+    const next = await jobcap.scheduleJob(db, name, '*/5 * * * *', ctx.queue, { task: 't' });
+    assert.ok(next > new Date(Date.now() - 60000));
+    assert.equal(next.getUTCMinutes() % 5, 0);
+    const { rows } = await db.query('SELECT cron, payload FROM jobcap.schedules WHERE name = $1', [name]);
+    assert.deepEqual(rows[0], { cron: '*/5 * * * *', payload: { task: 't' } });
+    await assert.rejects(jobcap.scheduleJob(db, name, 'every minute', ctx.queue),
+      (err) => err.code === '22023');
+    assert.equal(await jobcap.unscheduleJob(db, name), true);
+    assert.equal(await jobcap.unscheduleJob(db, name), false);
+  });
+});
+
 describe('deadlines', () => {
   it('stops a handler at its timeout: signal aborted, statement cancelled, writes rolled back', async () => {
     await queue();

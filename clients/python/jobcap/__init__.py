@@ -5,12 +5,14 @@
     worker.run()
 """
 from .errors import STALE_FENCE, JobcapError, JobTimeout, StaleFence, is_stale, translate
-from .sql import assert_fence, complete, create_queue, enqueue, fail, heartbeat
+from .sql import (assert_fence, complete, create_queue, enqueue, fail, heartbeat, pause_queue,
+                  resume_queue, schedule_job, set_max_running, unschedule_job)
 from .worker import HANG_EXIT_STATUS, Job, Worker
 
 __all__ = [
     "STALE_FENCE", "JobcapError", "JobTimeout", "StaleFence", "is_stale", "translate",
     "assert_fence", "complete", "create_queue", "enqueue", "fail", "heartbeat",
+    "pause_queue", "resume_queue", "schedule_job", "set_max_running", "unschedule_job",
     "HANG_EXIT_STATUS", "Job", "Worker",
 ]
 __version__ = "0.1.0"

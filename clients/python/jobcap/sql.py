@@ -21,10 +21,41 @@ def interval(value: Optional[Seconds]) -> Optional[dt.timedelta]:
 
 def create_queue(conn: psycopg.Connection, queue: str, *, max_attempts: Optional[int] = None,
                  lease: Seconds = 300, backoff_base: Seconds = 10, backoff_max: Seconds = 3600,
-                 notify: bool = False) -> None:
-    conn.execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s)",
+                 notify: bool = False, max_running: Optional[int] = None) -> None:
+    """Creates a queue. max_running caps the jobs of the queue that run at once (None: no cap)."""
+    conn.execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s, %s)",
                  (queue, max_attempts, interval(lease), interval(backoff_base),
-                  interval(backoff_max), notify))
+                  interval(backoff_max), notify, max_running))
+
+
+def set_max_running(conn: psycopg.Connection, queue: str, max_running: Optional[int]) -> None:
+    """Changes a queue's cap on jobs running at once; None removes it."""
+    conn.execute("SELECT jobcap.alter_queue(%s, max_running => %s)",
+                 (queue, 0 if max_running is None else max_running))
+
+
+def pause_queue(conn: psycopg.Connection, queue: str) -> bool:
+    """Stops handing out jobs of queue (running jobs settle); False if it was paused already."""
+    return conn.execute("SELECT jobcap.pause_queue(%s)", (queue,)).fetchone()[0]
+
+
+def resume_queue(conn: psycopg.Connection, queue: str) -> bool:
+    """Hands out jobs of a paused queue again; False if it was not paused."""
+    return conn.execute("SELECT jobcap.resume_queue(%s)", (queue,)).fetchone()[0]
+
+
+def schedule_job(conn: psycopg.Connection, name: str, cron: str, queue: str, payload: Any = None,
+                 *, priority: int = 0, max_attempts: Optional[int] = None) -> dt.datetime:
+    """Creates or replaces a periodic job (five-field cron, UTC); returns its next slot."""
+    return conn.execute(
+        "SELECT jobcap.schedule_job(%s, %s, %s, %s, %s, %s)",
+        (name, cron, queue, Jsonb({} if payload is None else payload), priority,
+         max_attempts)).fetchone()[0]
+
+
+def unschedule_job(conn: psycopg.Connection, name: str) -> bool:
+    """Removes a periodic job; False if there was none."""
+    return conn.execute("SELECT jobcap.unschedule_job(%s)", (name,)).fetchone()[0]
 
 
 def enqueue(conn: psycopg.Connection, queue: str, payload: Any = None, *,
@@ -42,10 +73,15 @@ def enqueue(conn: psycopg.Connection, queue: str, payload: Any = None, *,
     return row[0]
 
 
-def complete(conn: psycopg.Connection, job_id: int, fence: int) -> str:
+def complete(conn: psycopg.Connection, job_id: int, fence: int, output: Any = None) -> str:
+    """Completes a job under its fence; output (JSON, None for none) is kept in jobs.output,
+    bounded by jobcap.max_output_bytes."""
     with translate("complete_job", job_id, fence):
-        return conn.execute("SELECT jobcap.complete_job(%s, %s)::text",
-                            (job_id, fence)).fetchone()[0]
+        if output is None:
+            return conn.execute("SELECT jobcap.complete_job(%s, %s)::text",
+                                (job_id, fence)).fetchone()[0]
+        return conn.execute("SELECT jobcap.complete_job(%s, %s, %s)::text",
+                            (job_id, fence, Jsonb(output))).fetchone()[0]
 
 
 def fail(conn: psycopg.Connection, job_id: int, fence: int, error: str,

@@ -50,12 +50,15 @@ class Job:
     ``conn`` is the worker's connection with the job's transaction open: write through it and
     the writes commit together with complete_job, or not at all. Do not commit or roll back
     yourself. ``fence`` is the lease generation: hand it downstream as an idempotency key.
+    Set ``output`` (anything JSON) to keep a result with the job (jobs.output, readable by the
+    enqueuing side, at most jobcap.max_output_bytes).
     """
 
     def __init__(self, worker: "Worker", row: tuple, granted_at: float):
         self.id, self.fence, self.attempt, self.max_attempts, self.payload, \
             self.lease_expires_at = row
         self.conn: Optional[psycopg.Connection] = None
+        self.output: Any = None
         self.lost = False
         self._worker = worker
         self._granted_at = granted_at  # monotonic time at or before the server granted the lease
@@ -339,7 +342,7 @@ class Worker:
                 self.handler(job)
             finally:
                 self._finish_handler()
-            state = sql.complete(conn, job.id, job.fence)
+            state = sql.complete(conn, job.id, job.fence, job.output)
             conn.commit()
             self._settled(job, state, None)
         except JobTimeout as timeout:

@@ -207,6 +207,70 @@ class SettleTest(Base):
         self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
 
 
+class ControlsTest(Base):
+    def claim(self, queue=None, batch=10):
+        return self.conn.execute("SELECT count(*) FROM jobcap.claim_job(%s, 'w', %s)",
+                                 (queue or self.queue, batch)).fetchone()[0]
+
+    def test_pause_and_resume(self):
+        self.enqueue({"n": 1})
+        self.assertTrue(jobcap.pause_queue(self.conn, self.queue))
+        self.assertFalse(jobcap.pause_queue(self.conn, self.queue))
+        self.enqueue({"n": 2})  # enqueue still works
+        self.assertEqual(self.claim(), 0)
+        self.assertTrue(jobcap.resume_queue(self.conn, self.queue))
+        self.assertFalse(jobcap.resume_queue(self.conn, self.queue))
+        self.assertEqual(self.claim(), 2)
+
+    def test_max_running_on_create_and_alter(self):
+        capped = self.queue[:50] + "_capped"
+        jobcap.create_queue(self.conn, capped, max_running=2)
+        for n in range(5):
+            jobcap.enqueue(self.conn, capped, {"n": n})
+        self.assertEqual(self.claim(capped, 5), 2)
+        self.assertEqual(self.claim(capped, 5), 0)
+        jobcap.set_max_running(self.conn, capped, 3)
+        self.assertEqual(self.claim(capped, 5), 1)
+        jobcap.set_max_running(self.conn, capped, None)
+        self.assertEqual(self.claim(capped, 5), 2)
+        self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (capped,))
+
+    def test_complete_keeps_the_output(self):
+        job_id = self.enqueue()
+        fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
+                                  (self.queue,)).fetchone()[0]
+        self.assertEqual(jobcap.complete(self.conn, job_id, fence, {"rows": 3}), "succeeded")
+        self.assertEqual(self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
+                                           (job_id,)).fetchone()[0], {"rows": 3})
+
+    def test_the_handler_sets_the_output(self):
+        def handle(job):
+            if job.payload["n"]:
+                job.output = {"double": job.payload["n"] * 2}
+
+        ids = [self.enqueue({"n": n}) for n in range(3)]
+        self.start(handle)
+        wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids))
+        outputs = [self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
+                                     (i,)).fetchone()[0] for i in ids]
+        self.assertEqual(outputs, [None, {"double": 2}, {"double": 4}])
+
+    def test_schedule_and_unschedule(self):
+        name = self.queue + "_tick"
+        next_run = jobcap.schedule_job(self.conn, name, "*/5 * * * *", self.queue, {"task": "t"})
+        now = self.conn.execute("SELECT now()").fetchone()[0]
+        self.assertGreater(next_run, now)
+        self.assertEqual(next_run.minute % 5, 0)
+        self.assertEqual(self.conn.execute(
+            "SELECT cron, payload FROM jobcap.schedules WHERE name = %s", (name,)).fetchone(),
+            ("*/5 * * * *", {"task": "t"}))
+        with self.assertRaises(psycopg.Error) as bad:
+            jobcap.schedule_job(self.conn, name, "every minute", self.queue)
+        self.assertEqual(bad.exception.sqlstate, "22023")
+        self.assertTrue(jobcap.unschedule_job(self.conn, name))
+        self.assertFalse(jobcap.unschedule_job(self.conn, name))
+
+
 class DeadlineTest(Base):
     def test_the_timeout_interrupts_a_stuck_handler(self):
         def handle(job):

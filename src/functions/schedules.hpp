@@ -1,0 +1,14 @@
+// Periodic jobs, shared by jobcap.run_schedules() and the background worker.
+#pragma once
+
+#include "pg.hpp"
+
+namespace jobcap {
+
+// Enqueues the due slot of up to max_schedules schedules, inside an open SPI connection, as of
+// now; each slot once (a compare-and-swap on the schedule's last_slot in this transaction).
+// Sets *handled to the schedules whose slot it handled (enqueued or skipped by the dedupe key)
+// and returns how many jobs it enqueued. Does nothing before the 0.2.0 schema is installed.
+uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled);
+
+}  // namespace jobcap
