@@ -2,6 +2,8 @@
 #   make / make install        build and install into that PostgreSQL
 #   make installcheck          pg_regress, isolation and TAP suites on throwaway instances
 #   make test                  everything: unit, installcheck, clients, chaos, fuzz, sanitizers
+#   make matrix                regress, isolation and TAP on PostgreSQL 17 and 18 (MATRIX="15 17 18"),
+#                              each in a cached Debian root (test/versions; as root)
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration
 #   make bench                 jobcap beside a hand-written queue (pgbench; ~50 min, not in test)
 #   make format                clang-format every C++ source (make format-check: check only)
@@ -101,9 +103,12 @@ all install installcheck:
 	@echo "PostgreSQL server headers not found for '$(PG_CONFIG)': apt-get install postgresql-server-dev-15"; exit 1
 endif
 
-.PHONY: test demo unit bench bench-quick bench-profile sanitize format format-check deb dist
+.PHONY: test demo unit bench bench-quick bench-profile sanitize format format-check deb dist matrix
 test:
 	test/run
+MATRIX ?= 17 18
+matrix:
+	test/versions/run $(MATRIX)
 # Release artefacts under build/: the Debian package and the PGXN zip (packaging/build).
 deb:
 	packaging/build deb

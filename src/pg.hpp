@@ -21,3 +21,5 @@ extern "C" {
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
+
+#include "compat.hpp"

@@ -11,16 +11,31 @@ PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v "^$BUILD/tmp_install/" | past
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# The PostgreSQL major the build targets: from PG_CONFIG's path (/usr/lib/postgresql/NN/bin/...)
+# or its --version, 15 (Debian 12's) when there is no pg_config yet.
+jobcap_major() {
+    local m
+    m=$(printf '%s' "$PG_CONFIG" | sed -nE 's|.*/postgresql/([0-9]+)/bin/pg_config$|\1|p')
+    [ -n "$m" ] || m=$($PG_CONFIG --version 2>/dev/null | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p')
+    echo "${m:-15}"
+}
+
 # Debian packages the tests need. Installed when missing and we are root; otherwise named.
+# "jobcap_deps pgxs" asks only for what building and the PGXS suites (regress, isolation, TAP)
+# need, as in the version matrix's Debian roots (test/versions).
 jobcap_deps() {
-    local want=(postgresql-15 postgresql-server-dev-15 libipc-run-perl g++ make cmake libgtest-dev
-                python3-psycopg python3-venv python3-pip python3-setuptools python3-wheel
-                clang-format python3-celery python3-kombu python3-django python3-django-q
-                python3-psycopg2 python3-pytest python3-pytest-django chromium chromium-driver
-                python3-selenium)
+    local major
+    major=$(jobcap_major)
+    local want=(postgresql-"$major" postgresql-server-dev-"$major" libipc-run-perl g++ make)
     local missing=()
-    # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
-    command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
+    if [ "${1:-}" != pgxs ]; then
+        want+=(cmake libgtest-dev python3-psycopg clang-format python3-venv python3-pip
+               python3-setuptools python3-wheel python3-celery python3-kombu python3-django
+               python3-django-q python3-psycopg2 python3-pytest python3-pytest-django chromium
+               chromium-driver python3-selenium)
+        # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
+        command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
+    fi
     for p in "${want[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
@@ -50,7 +65,7 @@ jobcap_tmp_install() {
         cp -as "$libdir/." "$dest$libdir/"
         cp -as "$sharedir/." "$dest$sharedir/"
     fi
-    make -C "$JOBCAP_ROOT" -s install DESTDIR="$dest" >/dev/null
+    make -C "$JOBCAP_ROOT" -s install DESTDIR="$dest" PG_CONFIG="$PG_CONFIG" >/dev/null
     TMP_BINDIR=$dest$bindir
     export PATH="$TMP_BINDIR:$PATH"
 }
@@ -100,8 +115,9 @@ JOBCAP_SYSTEM_PG_CONFIG=$(command -v "$PG_CONFIG" 2>/dev/null || echo "$PG_CONFI
 
 # A copy of the sources built with SANITIZE=$2 under $BUILD/$1, installed into a private install
 # of its own (as jobcap_tmp_install does), so the ordinary build is left alone. Sets SAN_BINDIR.
+# $3, a pg_config, builds against another PostgreSQL (the pg_upgrade test's older major).
 jobcap_sanitized_install() {
-    local kind=$1 flags=$2 bindir sharedir libdir pgc=$JOBCAP_SYSTEM_PG_CONFIG
+    local kind=$1 flags=$2 bindir sharedir libdir pgc=${3:-$JOBCAP_SYSTEM_PG_CONFIG}
     local src=$BUILD/$kind/src dest=$BUILD/$kind/tmp_install
     bindir=$($pgc --bindir); sharedir=$($pgc --sharedir); libdir=$($pgc --pkglibdir)
     mkdir -p "$src"

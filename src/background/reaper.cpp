@@ -130,6 +130,15 @@ enum class Outcome { done, absent, timed_out, failed };
 
 typedef uint64 (*Step)(int32 batch);
 
+// Whether extension jobcap exists now, read in a transaction of its own.
+bool extension_exists_now()
+{
+    StartTransactionCommand();
+    bool exists = OidIsValid(get_extension_oid("jobcap", true));
+    CommitTransactionCommand();
+    return exists;
+}
+
 // Runs step(batch) in its own transaction with its own statement start time, snapshot and
 // statement timeout. Never raises ERROR: a failure is rolled back and returned, with its error
 // copied into *error (in the caller's memory context) for the caller to log.
@@ -200,6 +209,13 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
+    // DROP EXTENSION may commit between the check above and the step's statements, which then
+    // fail on a relation that is gone: that is the extension's absence, not a failure to log.
+    if (outcome == Outcome::failed && !extension_exists_now()) {
+        FreeErrorData(*error);
+        *error = nullptr;
+        outcome = Outcome::absent;
+    }
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
     *rows = result;

@@ -5,13 +5,18 @@
 // to jobcap_worker and jobcap_operator: DROP ROLE would then refuse. The event trigger
 // jobcap_before_drop_extension (ddl_command_start, tag DROP EXTENSION) calls this function
 // before any DROP EXTENSION; when the statement names jobcap and the caller may drop it, every
-// grant on the schema is revoked. The DROP's rollback, should it fail, undoes the revoke; the
-// trigger itself is a member and goes with the extension.
+// grant on the schema is revoked, and the schema's initial privileges (pg_init_privs, recorded by
+// the install's GRANT) are forgotten: from PostgreSQL 17 on, DROP ROLE also refuses while they
+// name the role. The DROP's rollback, should it fail, undoes both; the trigger itself is a
+// member and goes with the extension.
 #include "boundary.hpp"
 
 extern "C" {
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "commands/event_trigger.h"
 #include "nodes/parsenodes.h"
+#include "utils/acl.h"
 }
 
 namespace jobcap {
@@ -68,6 +73,7 @@ JOBCAP_FUNCTION(before_drop_extension, Duty::anyone)
         rc = SPI_execute(revoke, false, 0);
         if (rc != SPI_OK_UTILITY)
             elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+        removeExtObjInitPriv(get_namespace_oid("jobcap", false), NamespaceRelationId);
     }
     SPI_finish();
     PG_RETURN_NULL();

@@ -69,7 +69,9 @@ BEGIN
   EXECUTE format('PREPARE probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   FOR l IN EXECUTE format('EXPLAIN (COSTS OFF) EXECUTE probe(%s)', args) LOOP
     IF l ~ 'Limit|LockRows|Scan|One-Time Filter' THEN
-      RETURN NEXT regexp_replace(l, '\$\d+', '$n', 'g');
+      -- Parameters as $n: PostgreSQL 17 and later name an InitPlan's output (InitPlan 1).col1.
+      RETURN NEXT regexp_replace(regexp_replace(l, '\(InitPlan \d+\)\.col\d+', '$n', 'g'),
+                                 '\$\d+', '$n', 'g');
     END IF;
   END LOOP;
   DEALLOCATE probe;

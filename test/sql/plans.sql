@@ -34,11 +34,12 @@ BEGIN
   RETURN plan::jsonb;
 END $$;
 
+-- Row counts go through numeric: PostgreSQL 18's EXPLAIN shows Actual Rows with two decimals.
 -- The scan under each LockRows. A grant check that does not depend on the row is a one-time
 -- filter: a Result node over the scan (shown as "gated").
 CREATE FUNCTION lock_nodes(plan jsonb) RETURNS TABLE (loops bigint, locked bigint, scan text)
 LANGUAGE sql AS $$
-  SELECT (n->>'Actual Loops')::bigint, (n->>'Actual Rows')::bigint,
+  SELECT (n->>'Actual Loops')::bigint, (n->>'Actual Rows')::numeric::bigint,
          CASE WHEN g THEN 'gated ' ELSE '' END || (s->>'Node Type')
            || coalesce(' using ' || (s->>'Index Name'), '')
     FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "LockRows")') n,
@@ -47,7 +48,7 @@ LANGUAGE sql AS $$
 $$;
 
 CREATE FUNCTION updated_rows(plan jsonb) RETURNS bigint LANGUAGE sql AS $$
-  SELECT sum((n->>'Actual Rows')::bigint)::bigint
+  SELECT sum((n->>'Actual Rows')::numeric::bigint)::bigint
     FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" == "ModifyTable")') n
 $$;
 
@@ -112,7 +113,7 @@ SELECT 'generic, stats from an idle queue' AS plan, l.*, updated_rows(p) AS clai
 CREATE FUNCTION scans(plan jsonb) RETURNS TABLE (scan text, relation text, index text, loops bigint, read bigint)
 LANGUAGE sql AS $$
   SELECT n->>'Node Type', n->>'Relation Name', n->>'Index Name', (n->>'Actual Loops')::bigint,
-         (n->>'Actual Rows')::bigint + coalesce((n->>'Rows Removed by Filter')::bigint, 0)
+         (n->>'Actual Rows')::numeric::bigint + coalesce((n->>'Rows Removed by Filter')::numeric::bigint, 0)
     FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" like_regex "Scan$")') n
    WHERE n->>'Relation Name' = 'jobs'
 $$;

@@ -108,7 +108,14 @@ RESET jobcap.stats_window;
 SELECT count(*) FROM jobcap.queue_stats_between(now(), now() - interval '1 minute');
 SELECT count(*) FROM jobcap.queue_stats_between('infinity');
 SELECT count(*) FROM jobcap.top_failing_jobs('media', 10, since => now() + interval '1 hour');
+-- A window below jobcap.stats_window's minimum is refused (22023, invalid parameter value) and
+-- the setting keeps its value. PostgreSQL words the range differently from version to version
+-- (17 adds units), so the error is shown by its SQLSTATE and the range read from pg_settings.
+\set VERBOSITY sqlstate
 SET jobcap.stats_window = '10s';
+\set VERBOSITY terse
+SHOW jobcap.stats_window;
+SELECT min_val, max_val, unit FROM pg_settings WHERE name = 'jobcap.stats_window';
 SELECT jobcap.refresh_stats(0);
 BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ;
 SELECT jobcap.refresh_stats();
