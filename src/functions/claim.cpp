@@ -236,6 +236,41 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
     pfree(keys);
 }
 
+// claim_job and complete_and_claim: the batch claim's arguments (queue, worker, batch, lease at
+// arguments first..first+3), read before anything runs, and its statement parameters.
+struct BatchClaim {
+    NameArg queue;
+    NameArg worker;
+    int32 batch;
+    Params params;
+};
+
+BatchClaim read_batch_claim(FunctionCallInfo fcinfo, int first, Datum now, const Access& access)
+{
+    BatchClaim c;
+    c.queue = arg_queue(fcinfo, first);
+    c.worker = arg_worker(fcinfo, first + 1);
+    c.batch = arg_count(fcinfo, first + 2, "batch", core::kMaxBatch);
+    bool no_lease = false;
+    Datum lease = arg_span(fcinfo, first + 3, "lease", false, true, &no_lease);
+    c.params.add(now).add(c.worker.datum).add(lease, no_lease);
+    c.params.add(c.queue.datum).add(Int32GetDatum(c.batch)).add_caller(access);
+    c.params.add(uncounted_rolled_back_jobs());
+    return c;
+}
+
+// Runs the batch claim inside the open SPI connection, notes the claimed jobs (rollbacks.hpp),
+// returns them in claim order and closes the connection.
+Datum claim_and_return(FunctionCallInfo fcinfo, Access& access, const char* function,
+                       const BatchClaim& c)
+{
+    uint64 rows = claim_from_queue(access, function, c.params, c.queue, c.batch);
+    note_claims(rows, c.worker.cstr);
+    return_claimed(fcinfo, rows);
+    spi_close(access);
+    return (Datum) 0;
+}
+
 }  // namespace
 }  // namespace jobcap
 
@@ -243,25 +278,12 @@ using namespace jobcap;
 
 JOBCAP_FUNCTION(claim_job, Duty::worker)
 {
-    NameArg queue = arg_queue(fcinfo, 0);
-    NameArg worker = arg_worker(fcinfo, 1);
-    int32 batch = arg_count(fcinfo, 2, "batch", core::kMaxBatch);
-    bool no_lease = false;
-    Datum lease = arg_span(fcinfo, 3, "lease", false, true, &no_lease);
+    BatchClaim c = read_batch_claim(fcinfo, 0, TimestampTzGetDatum(GetCurrentTimestamp()), access);
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
-
-    Params p;
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
-    p.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
-    p.add(uncounted_rolled_back_jobs());
-    reserve_claims(batch);
+    reserve_claims(c.batch);
     spi_open(access);
-    uint64 rows = claim_from_queue(access, function, p, queue, batch);
-    note_claims(rows, worker.cstr);
-    return_claimed(fcinfo, rows);
-    spi_close(access);
-    return (Datum) 0;
+    return claim_and_return(fcinfo, access, function, c);
 }
 
 // One commit per job instead of two: the previous job's completion (the same compare-and-swap
@@ -272,15 +294,11 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
     int64 fence = arg_fence(fcinfo, 1);
-    NameArg queue = arg_queue(fcinfo, 2);
-    NameArg worker = arg_worker(fcinfo, 3);
-    int32 batch = arg_count(fcinfo, 4, "batch", core::kMaxBatch);
-    bool no_lease = false;
-    Datum lease = arg_span(fcinfo, 5, "lease", false, true, &no_lease);
+    Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
+    BatchClaim c = read_batch_claim(fcinfo, 2, now, access);
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
     Params done;
     done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
     // The 0.1.0 declaration (six arguments) runs on the 0.1.0 schema: no output column yet.
@@ -288,20 +306,12 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     bool no_output = schema_0_1 || PG_ARGISNULL(6);
     if (!schema_0_1)
         done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
-    Params claim;
-    claim.add(now).add(worker.datum).add(lease, no_lease);
-    claim.add(queue.datum).add(Int32GetDatum(batch)).add_caller(access);
-    claim.add(uncounted_rolled_back_jobs());
-    reserve_claims(batch);
+    reserve_claims(c.batch);
     spi_open(access);
     if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
                 SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, job_id, fence);
-    uint64 rows = claim_from_queue(access, function, claim, queue, batch);
-    note_claims(rows, worker.cstr);
-    return_claimed(fcinfo, rows);
-    spi_close(access);
-    return (Datum) 0;
+    return claim_and_return(fcinfo, access, function, c);
 }
 
 JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)

@@ -193,6 +193,16 @@ Datum kept_outputs(ArrayType* outputs, int count)
         construct_md_array(elems, nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
 }
 
+// fail_job and crash_job: the job, its fence and the error text (argument 2, cut to
+// jobcap.max_error_bytes; NULL allowed), the first parameters of both statements.
+Params failed_attempt_params(FunctionCallInfo fcinfo, int64 job_id, int64 fence)
+{
+    Params p;
+    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
+    p.add(PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)), PG_ARGISNULL(2));
+    return p;
+}
+
 // fail_job and crash_job: the fenced compare-and-swap of a failed attempt; a retry wakes the
 // queue's listeners as an enqueue does (the NOTIFY is sent at commit).
 Datum fail_attempt(Access& access, Statement& s, const char* function, int64 job_id, int64 fence,
@@ -241,12 +251,7 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     int64 fence = arg_fence(fcinfo, 1);
     bool no_retry_in = false;
     Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-    Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
-    if (PG_ARGISNULL(2))
-        p.add((Datum) 0, true);
-    else
-        p.add(kept_text(PG_GETARG_TEXT_PP(2)));
+    Params p = failed_attempt_params(fcinfo, job_id, fence);
     p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
     return fail_attempt(access, schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
                         function, job_id, fence, p);
@@ -256,12 +261,7 @@ JOBCAP_FUNCTION(crash_job, Duty::worker)
 {
     int64 job_id = arg_job_id(fcinfo, 0);
     int64 fence = arg_fence(fcinfo, 1);
-    Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
-    if (PG_ARGISNULL(2))
-        p.add((Datum) 0, true);
-    else
-        p.add(kept_text(PG_GETARG_TEXT_PP(2)));
+    Params p = failed_attempt_params(fcinfo, job_id, fence);
     // No retry_in: a crash waits out the queue's backoff.
     p.add((Datum) 0, true).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
     return fail_attempt(access, statements::crash_job, function, job_id, fence, p);
