@@ -212,11 +212,11 @@ BEGIN
             result := result || 'complete_job: not probed (fewer than 20 pending jobs)'::text;
         ELSE
             FOR i IN 1..10 LOOP
-                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL)', job[i], fence[i]);
+                EXECUTE format('EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL, NULL)', job[i], fence[i]);
             END LOOP;
             SELECT count(*) INTO running FROM jobcap.jobs WHERE state = 'running';
             EXECUTE format('EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
-                           'EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL)', job[20], fence[20]) INTO plan;
+                           'EXECUTE bench_probe_complete_job(%s, %s, clock_timestamp(), NULL, NULL)', job[20], fence[20]) INTO plan;
             scan := plan->0->'Plan'->'Plans'->0;
             result := result || format('complete_job with %s jobs running: %s using %s, %s, %s rows read and filtered out, %s buffers',
                 running, scan->>'Node Type', coalesce(scan->>'Index Name', '-'),
