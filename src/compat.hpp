@@ -8,3 +8,46 @@
 #if PG_VERSION_NUM < 150000
 #error "jobcap supports PostgreSQL 15, 17 and 18"
 #endif
+
+// The direct path (src/direct/jobs.cpp). Needs executor/executor.h, access/genam.h and
+// access/tableam.h included first.
+#ifdef JOBCAP_DIRECT_PATH
+// How an update's index entries must be inserted: PostgreSQL 16 turned simple_table_tuple_update's
+// bool into TU_UpdateIndexes (none, all, or only the summarizing indexes such as BRIN), and gave
+// ExecInsertIndexTuples an onlySummarizing argument.
+#if PG_VERSION_NUM >= 160000
+using JobcapUpdateIndexes = TU_UpdateIndexes;
+inline bool jobcap_update_needs_indexes(JobcapUpdateIndexes u)
+{
+    return u != TU_None;
+}
+inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* slot, EState* estate,
+                                       JobcapUpdateIndexes u)
+{
+    list_free(ExecInsertIndexTuples(result, slot, estate, true, false, nullptr, NIL,
+                                    u == TU_Summarizing));
+}
+#else
+using JobcapUpdateIndexes = bool;
+inline bool jobcap_update_needs_indexes(JobcapUpdateIndexes u)
+{
+    return u;
+}
+inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* slot, EState* estate,
+                                       JobcapUpdateIndexes)
+{
+    list_free(ExecInsertIndexTuples(result, slot, estate, true, false, nullptr, NIL));
+}
+#endif
+
+// PostgreSQL 18 gave index_beginscan an instrumentation argument (NULL: none).
+inline IndexScanDesc jobcap_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+                                            int nkeys, int norderbys)
+{
+#if PG_VERSION_NUM >= 180000
+    return index_beginscan(heap, index, snapshot, nullptr, nkeys, norderbys);
+#else
+    return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+#endif

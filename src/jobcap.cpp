@@ -17,6 +17,7 @@ int guc_max_error_bytes = 2048;
 int guc_default_max_attempts = 10;
 int guc_max_payload_bytes = 1024 * 1024;
 int guc_max_output_bytes = 64 * 1024;
+int guc_hot_path = kHotPathDirect;
 
 char* guc_database = nullptr;
 int guc_reap_interval_ms = 1000;
@@ -65,6 +66,18 @@ extern "C" void _PG_init(void)
         "{\"truncated\": true, \"bytes\": n}. Only superusers can change it.",
         &jobcap::guc_max_output_bytes, 64 * 1024, 64, 256 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE,
         nullptr, nullptr, nullptr);
+    static const struct config_enum_entry hot_paths[] = {
+        {"direct", jobcap::kHotPathDirect, false},
+        {"sql", jobcap::kHotPathSql, false},
+        {nullptr, 0, false},
+    };
+    DefineCustomEnumVariable(
+        "jobcap.hot_path", "Sets how claims and settles change jobcap.jobs.",
+        "direct: without SQL statements, through the table and its indexes (the default); "
+        "sql: through jobcap's SQL statements, the reference. REPEATABLE READ and SERIALIZABLE "
+        "transactions, and a jobs table with triggers or row security, always use sql.",
+        &jobcap::guc_hot_path, jobcap::kHotPathDirect, hot_paths, PGC_USERSET, 0, nullptr, nullptr,
+        nullptr);
 
     // The worker's settings exist in every backend, so SHOW and pg_settings tell the truth, but
     // only a preloaded jobcap starts the launcher and its reapers.

@@ -9,6 +9,10 @@ extern int guc_max_payload_bytes;     // jobcap.max_payload_bytes: largest paylo
 extern int guc_max_output_bytes;      // jobcap.max_output_bytes: largest job output kept
 extern int guc_default_max_attempts;  // jobcap.default_max_attempts: create_queue's default cap
 
+// jobcap.hot_path: how claims and settles run (src/direct/jobs.hpp).
+enum HotPath { kHotPathSql, kHotPathDirect };
+extern int guc_hot_path;
+
 // The background worker's settings (read by src/worker.cpp).
 extern char* guc_database;             // jobcap.database: the databases served, or '*'
 extern int guc_reap_interval_ms;       // jobcap.reap_interval

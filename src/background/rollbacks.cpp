@@ -229,28 +229,30 @@ void reserve_claims(int64 n)
     mine.capacity = capacity;
 }
 
-void note_claims(uint64 rows, const char* worker)
+void note_claim(int64 job_id, int64 fence, const char* worker)
 {
-    if (rows == 0)
-        return;
     mine.claimed = true;
     if (ring == nullptr)
         return;
-    int len = pg_mbcliplen(worker, (int) strlen(worker), kRolledBackWorkerBytes - 1);
-    for (uint64 r = 0; r < rows; ++r) {
-        if (mine.count >= mine.capacity) {
-            mine.beyond += rows - r;
-            break;
-        }
-        RolledBackClaim& c = mine.items[mine.count++];
-        c.database = MyDatabaseId;
-        c.tries = 0;
-        c.taken_by = 0;
-        c.job_id = DatumGetInt64(result_column(r, 1));
-        c.fence = DatumGetInt64(result_column(r, 2));
-        memcpy(c.worker, worker, len);
-        c.worker[len] = '\0';
+    if (mine.count >= mine.capacity) {
+        mine.beyond += 1;
+        return;
     }
+    int len = pg_mbcliplen(worker, (int) strlen(worker), kRolledBackWorkerBytes - 1);
+    RolledBackClaim& c = mine.items[mine.count++];
+    c.database = MyDatabaseId;
+    c.tries = 0;
+    c.taken_by = 0;
+    c.job_id = job_id;
+    c.fence = fence;
+    memcpy(c.worker, worker, len);
+    c.worker[len] = '\0';
+}
+
+void note_claims(uint64 rows, const char* worker)
+{
+    for (uint64 r = 0; r < rows; ++r)
+        note_claim(DatumGetInt64(result_column(r, 1)), DatumGetInt64(result_column(r, 2)), worker);
 }
 
 bool rollback_tracking_active()

@@ -28,6 +28,8 @@ void reserve_claims(int64 n);
 // Right after a claim statement: notes the claimed jobs of SPI_tuptable (columns 1-3: job_id,
 // fence, attempt), so that they are counted if this transaction rolls back.
 void note_claims(uint64 rows, const char* worker);
+// The same for one claimed job (the direct path's claims).
+void note_claim(int64 job_id, int64 fence, const char* worker);
 
 // For a claim statement: an int8[] of this database's jobs whose rolled-back claims wait to be
 // counted (or are being counted), when a reaper serves the database; empty otherwise. A claim

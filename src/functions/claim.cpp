@@ -12,6 +12,7 @@
 // queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
 // snapshot, and claims at most the difference.
 #include "background/rollbacks.hpp"
+#include "direct/jobs.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -236,6 +237,40 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
     pfree(keys);
 }
 
+// The batch claim on the direct path (direct/jobs.hpp): claims, notes and returns the jobs in
+// claim order. False, with nothing claimed, when the SQL path must decide (the direct path is
+// off or not usable here; the queue is missing, paused, capped or not the caller's).
+bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* function,
+                    const NameArg& worker, int32 batch, const Params& claim)
+{
+    if (!direct::usable(function))
+        return false;
+    direct::Claimed* jobs = static_cast<direct::Claimed*>(palloc(sizeof(direct::Claimed) * batch));
+    // claim's parameters: now, worker, lease, queue, batch, caller, uncounted jobs.
+    int n = direct::claim(access, claim.values[3], claim.values[1], claim.values[2],
+                          claim.nulls[2] == 'n', batch, claim.values[6],
+                          DatumGetTimestampTz(claim.values[0]), jobs);
+    if (n < 0) {
+        pfree(jobs);
+        return false;
+    }
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    for (int i = 0; i < n; ++i) {
+        const direct::Claimed& j = jobs[i];
+        note_claim(j.job_id, j.fence, worker.cstr);
+        Datum values[6] = {Int64GetDatum(j.job_id),
+                           Int64GetDatum(j.fence),
+                           Int32GetDatum(j.attempts),
+                           Int32GetDatum(j.cap),
+                           j.payload,
+                           TimestampTzGetDatum(j.lease_expires_at)};
+        bool nulls[6] = {false, false, false, j.no_cap, false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    pfree(jobs);
+    return true;
+}
+
 // claim_job and complete_and_claim: the batch claim's arguments (queue, worker, batch, lease at
 // arguments first..first+3), read before anything runs, and its statement parameters.
 struct BatchClaim {
@@ -282,6 +317,8 @@ JOBCAP_FUNCTION(claim_job, Duty::worker)
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
     reserve_claims(c.batch);
+    if (claim_directly(fcinfo, access, function, c.worker, c.batch, c.params))
+        return (Datum) 0;
     spi_open(access);
     return claim_and_return(fcinfo, access, function, c);
 }
@@ -307,6 +344,17 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     if (!schema_0_1)
         done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
     reserve_claims(c.batch);
+    if (!schema_0_1 && direct::usable(function)) {
+        if (!direct::complete(access, job_id, fence, DatumGetTimestampTz(now), done.values[4],
+                              no_output)) {
+            spi_open(access);
+            raise_not_current(access, function, job_id, fence);
+        }
+        if (claim_directly(fcinfo, access, function, c.worker, c.batch, c.params))
+            return (Datum) 0;
+        spi_open(access);
+        return claim_and_return(fcinfo, access, function, c);
+    }
     spi_open(access);
     if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
                 SPI_OK_UPDATE_RETURNING) == 0)

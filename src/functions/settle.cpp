@@ -4,6 +4,7 @@
 // whatever it wrote in the same transaction rolls back with it. The last parameter of each is
 // the caller (access.hpp): a job of a queue not granted to it matches no row either, and
 // raise_not_current tells the two apart.
+#include "direct/jobs.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -241,6 +242,13 @@ JOBCAP_FUNCTION(complete_job, Duty::worker)
                                 SPI_OK_UPDATE_RETURNING);
     bool no_output = PG_ARGISNULL(2);
     p.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2)), no_output);
+    if (direct::usable(function)) {
+        if (direct::complete(access, job_id, fence, DatumGetTimestampTz(p.values[2]), p.values[4],
+                             no_output))
+            return direct::succeeded_state();
+        spi_open(access);
+        raise_not_current(access, function, job_id, fence);
+    }
     return compare_and_swap(access, statements::complete_job, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
 }
@@ -287,6 +295,14 @@ JOBCAP_FUNCTION(heartbeat, Duty::worker)
     Params p;
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(extend, no_extend);
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    if (direct::usable(function)) {
+        TimestampTz expires = 0;
+        if (direct::heartbeat(access, job_id, fence, extend, no_extend,
+                              DatumGetTimestampTz(p.values[3]), &expires))
+            return TimestampTzGetDatum(expires);
+        spi_open(access);
+        raise_not_current(access, function, job_id, fence);
+    }
     return compare_and_swap(access, statements::heartbeat, function, job_id, fence, p,
                             SPI_OK_UPDATE_RETURNING);
 }
@@ -297,7 +313,13 @@ JOBCAP_FUNCTION(assert_fence, Duty::worker)
     int64 fence = arg_fence(fcinfo, 1);
     Params p;
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add_caller(access);
-    compare_and_swap(access, statements::assert_fence, function, job_id, fence, p, SPI_OK_SELECT);
+    if (!direct::usable(function)) {
+        compare_and_swap(access, statements::assert_fence, function, job_id, fence, p,
+                         SPI_OK_SELECT);
+    } else if (!direct::assert_fence(access, job_id, fence)) {
+        spi_open(access);
+        raise_not_current(access, function, job_id, fence);
+    }
     // The row lock is the point of the call, and rolling back to a savepoint releases the row
     // locks taken after it: the job could then be reaped and claimed again while this
     // transaction goes on to commit its effects. Refused there, after the fence check, so that
@@ -334,6 +356,25 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
     p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
     bool schema_0_1 = PG_NARGS() < 3;
+    if (!schema_0_1 && direct::usable(function)) {
+        int64* job_ids = reinterpret_cast<int64*>(ARR_DATA_PTR(ids));
+        int64* job_fences = reinterpret_cast<int64*>(ARR_DATA_PTR(fences));
+        Datum* kept = nullptr;
+        bool* no_kept = nullptr;
+        if (!no_outputs && count > 0) {
+            int n = 0;
+            deconstruct_array(DatumGetArrayTypeP(outputs), JSONBOID, -1, false, TYPALIGN_INT, &kept,
+                              &no_kept, &n);
+        }
+        int settled = 0;
+        int stale = direct::complete_many(access, job_ids, job_fences, kept, no_kept, count,
+                                          DatumGetTimestampTz(p.values[2]), &settled);
+        if (stale >= 0) {
+            spi_open(access);
+            raise_not_current(access, function, job_ids[stale], job_fences[stale]);
+        }
+        PG_RETURN_INT32(settled);
+    }
     if (!schema_0_1)
         p.add(outputs, no_outputs);
     spi_open(access);

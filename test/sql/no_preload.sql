@@ -5,7 +5,7 @@ SELECT count(*) AS reapers FROM pg_stat_activity WHERE backend_type = 'jobcap re
 -- The workers' settings exist once the library is loaded, with their units; they are used only
 -- by a preloaded jobcap.
 LOAD 'jobcap';
-SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'jobcap.%' ORDER BY name;
+SELECT name, boot_val, unit, context FROM pg_settings WHERE name LIKE 'jobcap.%' ORDER BY name;
 
 SELECT jobcap.create_queue('np', max_attempts => 2, lease => '1 second', backoff_base => '0',
                            backoff_max => '0');

@@ -1,0 +1,643 @@
+// The direct path: see jobs.hpp. Every function here runs inside jobcap::enter (boundary.hpp),
+// so an error is a PostgreSQL error and transaction abort releases what was opened (relations,
+// the registered snapshot, the pushed active snapshot, slots, the executor state's memory).
+// Frames hold plain data only.
+#define JOBCAP_DIRECT_PATH  // compat.hpp's shims for this file
+extern "C" {
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_collation_d.h"
+#include "catalog/pg_enum.h"
+#include "catalog/pg_index.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "nodes/execnodes.h"
+#include "utils/acl.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+}
+
+#include "direct/jobs.hpp"
+
+#include "jobcap.hpp"
+
+namespace jobcap::direct {
+namespace {
+
+// The columns the direct path reads or writes, found by name (column order is not part of the
+// tables' contract: an upgraded database and a fresh one may differ).
+enum JobColumn {
+    kJobId,
+    kQueue,
+    kState,
+    kPriority,
+    kRunAt,
+    kAttempts,
+    kMaxAttempts,
+    kFence,
+    kLease,
+    kLeaseExpiresAt,
+    kWorker,
+    kFirstClaimedAt,
+    kClaimedAt,
+    kFinishedAt,
+    kPayload,
+    kCapEpoch,
+    kOutput,
+    kJobColumns
+};
+const char* const kJobColumnNames[kJobColumns] = {
+    "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
+    "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
+    "claimed_at",   "finished_at", "payload", "cap_epoch",        "output"};
+enum QueueColumn {
+    kQQueue,
+    kQMaxAttempts,
+    kQLease,
+    kQPaused,
+    kQMaxRunning,
+    kQCapEpoch,
+    kQueueColumns
+};
+const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
+                                                      "paused", "max_running",  "cap_epoch"};
+
+// What the direct path knows of the installed tables. Learned on first use and forgotten when
+// the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
+// ALTER EXTENSION jobcap UPDATE, DROP EXTENSION, ...).
+struct Shape {
+    bool known;
+    bool direct;  // 0.2.0 columns present, no triggers, no row security, indexes as expected
+    Oid jobs, jobs_pkey, jobs_claim, queues, queues_pkey, grants, grants_pkey, fences;
+    AttrNumber job[kJobColumns];
+    AttrNumber queue[kQueueColumns];
+    AttrNumber grant_queue, grant_grantee;
+    Oid pending, running, succeeded;  // jobs.state's enum values
+};
+Shape shape;
+uint64 invalidations = 0;
+bool callback_registered = false;
+
+void forget_shape(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
+        relid == shape.grants) {
+        shape.known = false;
+        ++invalidations;
+    }
+}
+
+AttrNumber column(TupleDesc desc, const char* name)
+{
+    for (int i = 0; i < desc->natts; ++i) {
+        Form_pg_attribute a = TupleDescAttr(desc, i);
+        if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
+            return static_cast<AttrNumber>(i + 1);
+    }
+    return InvalidAttrNumber;
+}
+
+// Whether index idx is on table rel with exactly these leading key columns.
+bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys)
+{
+    HeapTuple t = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
+    if (!HeapTupleIsValid(t))
+        return false;
+    Form_pg_index index = reinterpret_cast<Form_pg_index>(GETSTRUCT(t));
+    bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid;
+    for (int i = 0; ok && i < nkeys; ++i)
+        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i];
+    ReleaseSysCache(t);
+    if (ok) {
+        t = SearchSysCache1(RELOID, ObjectIdGetDatum(idx));
+        ok = HeapTupleIsValid(t) &&
+             reinterpret_cast<Form_pg_class>(GETSTRUCT(t))->relam == BTREE_AM_OID;
+        if (HeapTupleIsValid(t))
+            ReleaseSysCache(t);
+    }
+    return ok;
+}
+
+Oid state_value(Oid type, const char* label)
+{
+    return GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(type),
+                           CStringGetDatum(label));
+}
+
+// Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
+bool learn_shape()
+{
+    Shape s = {};
+    Oid nsp = get_namespace_oid("jobcap", true);
+    if (!OidIsValid(nsp))
+        return false;
+    s.jobs = get_relname_relid("jobs", nsp);
+    s.jobs_pkey = get_relname_relid("jobs_pkey", nsp);
+    s.jobs_claim = get_relname_relid("jobs_claim", nsp);
+    s.queues = get_relname_relid("queues", nsp);
+    s.queues_pkey = get_relname_relid("queues_pkey", nsp);
+    s.grants = get_relname_relid("queue_grants", nsp);
+    s.grants_pkey = get_relname_relid("queue_grants_pkey", nsp);
+    s.fences = get_relname_relid("fences", nsp);
+    if (!OidIsValid(s.jobs) || !OidIsValid(s.queues) || !OidIsValid(s.grants) ||
+        !OidIsValid(s.fences))
+        return false;
+    s.direct = OidIsValid(s.jobs_pkey) && OidIsValid(s.jobs_claim) && OidIsValid(s.queues_pkey) &&
+               OidIsValid(s.grants_pkey);
+
+    Relation jobs = table_open(s.jobs, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(jobs);
+    for (int c = 0; c < kJobColumns; ++c) {
+        s.job[c] = column(desc, kJobColumnNames[c]);
+        s.direct = s.direct && s.job[c] != InvalidAttrNumber;
+    }
+    // Only the executor fires triggers and applies row security: with either, the SQL path.
+    s.direct = s.direct && jobs->trigdesc == nullptr && !jobs->rd_rel->relrowsecurity &&
+               jobs->rd_rel->relkind == RELKIND_RELATION;
+    if (s.direct) {
+        Oid type = TupleDescAttr(desc, s.job[kState] - 1)->atttypid;
+        s.pending = state_value(type, "pending");
+        s.running = state_value(type, "running");
+        s.succeeded = state_value(type, "succeeded");
+        s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded);
+    }
+    table_close(jobs, AccessShareLock);
+
+    Relation queues = table_open(s.queues, AccessShareLock);
+    for (int c = 0; c < kQueueColumns; ++c) {
+        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c]);
+        s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
+    }
+    table_close(queues, AccessShareLock);
+    Relation grants = table_open(s.grants, AccessShareLock);
+    s.grant_queue = column(RelationGetDescr(grants), "queue");
+    s.grant_grantee = column(RelationGetDescr(grants), "grantee");
+    table_close(grants, AccessShareLock);
+
+    if (s.direct) {
+        AttrNumber pkey[1] = {s.job[kJobId]};
+        AttrNumber claim[4] = {s.job[kQueue], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
+        AttrNumber qkey[1] = {s.queue[kQQueue]};
+        AttrNumber gkey[1] = {s.grant_queue};
+        s.direct =
+            index_on(s.jobs_pkey, s.jobs, pkey, 1) && index_on(s.jobs_claim, s.jobs, claim, 4) &&
+            index_on(s.queues_pkey, s.queues, qkey, 1) &&
+            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
+    }
+    s.known = true;
+    shape = s;
+    return true;
+}
+
+// An equality key on a text column, compared under the index's collation (a btree is ordered
+// by it: a key under another collation could descend to the wrong leaf).
+void text_key(ScanKey key, Relation index, AttrNumber index_column, Datum value)
+{
+    ScanKeyEntryInitialize(key, 0, index_column, BTEqualStrategyNumber, InvalidOid,
+                           index->rd_indcollation[index_column - 1], F_TEXTEQ, value);
+}
+
+// One call's work on jobcap.jobs: the table and every index open, a fresh snapshot (what SPI
+// takes for each statement of a volatile function, after a command counter increment).
+struct Op {
+    Snapshot snapshot;
+    CommandId cid;
+    Relation rel;
+    EState* estate;
+    ResultRelInfo* result;
+    TupleTableSlot* found;  // the version found or locked (a buffer slot)
+    TupleTableSlot* next;   // the new version
+    Datum* values;          // the new version's replaced columns (set(), then update())
+    bool* nulls;
+    bool* replace;
+};
+
+void begin(Op& op)
+{
+    CommandCounterIncrement();
+    op.snapshot = RegisterSnapshot(GetTransactionSnapshot());
+    PushActiveSnapshot(op.snapshot);
+    op.cid = GetCurrentCommandId(true);
+    op.rel = table_open(shape.jobs, RowExclusiveLock);
+    op.estate = CreateExecutorState();
+    op.result = makeNode(ResultRelInfo);
+    // No range table entry (index 0): nothing here needs one (no triggers, no permissions
+    // checked by the executor, no generated columns).
+    InitResultRelInfo(op.result, op.rel, 0, nullptr, 0);
+    ExecOpenIndices(op.result, false);
+    op.found = table_slot_create(op.rel, nullptr);
+    op.next = MakeSingleTupleTableSlot(RelationGetDescr(op.rel), &TTSOpsHeapTuple);
+    int natts = RelationGetDescr(op.rel)->natts;
+    op.values = static_cast<Datum*>(palloc0(sizeof(Datum) * natts));
+    op.nulls = static_cast<bool*>(palloc0(sizeof(bool) * natts));
+    op.replace = static_cast<bool*>(palloc0(sizeof(bool) * natts));
+}
+
+void end(Op& op)
+{
+    pfree(op.values);
+    pfree(op.nulls);
+    pfree(op.replace);
+    ExecDropSingleTupleTableSlot(op.found);
+    ExecDropSingleTupleTableSlot(op.next);
+    ExecCloseIndices(op.result);
+    FreeExecutorState(op.estate);
+    table_close(op.rel, NoLock);  // the lock is held to the end of the transaction, as UPDATE's
+    PopActiveSnapshot();
+    UnregisterSnapshot(op.snapshot);
+}
+
+Relation open_index(const Op& op, Oid index)
+{
+    for (int i = 0; i < op.result->ri_NumIndices; ++i)
+        if (RelationGetRelid(op.result->ri_IndexRelationDescs[i]) == index)
+            return op.result->ri_IndexRelationDescs[i];
+    elog(ERROR, "jobcap: index %u of jobcap.jobs is not open", index);
+}
+
+int64 int8_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[c], &n);
+    if (isnull != nullptr)
+        *isnull = n;
+    return n ? 0 : DatumGetInt64(d);
+}
+int32 int4_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[c], &n);
+    if (isnull != nullptr)
+        *isnull = n;
+    return n ? 0 : DatumGetInt32(d);
+}
+Oid state_of(TupleTableSlot* slot)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[kState], &n);
+    return n ? InvalidOid : DatumGetObjectId(d);
+}
+
+// Whether caller may work queue: privileged, or a grant of the queue names a role whose
+// privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).
+bool may_work(const Access& access, Datum queue, Snapshot snapshot)
+{
+    if (access.privileged)
+        return true;
+    Relation grants = table_open(shape.grants, AccessShareLock);
+    Relation index = index_open(shape.grants_pkey, AccessShareLock);
+    ScanKeyData key;
+    text_key(&key, index, 1, queue);
+    index_close(index, AccessShareLock);
+    key.sk_attno = shape.grant_queue;  // systable_beginscan maps table columns to the index's
+    SysScanDesc scan = systable_beginscan(grants, shape.grants_pkey, true, snapshot, 1, &key);
+    bool may = false;
+    for (HeapTuple t; !may && HeapTupleIsValid(t = systable_getnext(scan));) {
+        bool isnull = false;
+        Datum grantee = heap_getattr(t, shape.grant_grantee, RelationGetDescr(grants), &isnull);
+        if (isnull)
+            continue;
+        Oid role = get_role_oid(TextDatumGetCString(grantee), true);
+        may = OidIsValid(role) && has_privs_of_role(access.caller, role);
+    }
+    systable_endscan(scan);
+    table_close(grants, AccessShareLock);
+    return may;
+}
+
+// Finds job_id's version visible to the snapshot (through the primary key), checks that it is
+// (fence, running) of a queue the caller may work, locks its latest version FOR NO KEY UPDATE
+// (waiting, as UPDATE does) and checks the same on it (the statement's EvalPlanQual). True with
+// the locked version in op.found.
+bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence)
+{
+    Relation index = open_index(op, shape.jobs_pkey);
+    ScanKeyData key;
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(job_id));
+    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    bool seen = index_getnext_slot(scan, ForwardScanDirection, op.found);
+    index_endscan(scan);
+    if (!seen || int8_of(op.found, kFence) != fence || state_of(op.found) != shape.running)
+        return false;
+    bool isnull = false;
+    Datum queue = slot_getattr(op.found, shape.job[kQueue], &isnull);
+    if (isnull || !may_work(access, queue, op.snapshot))
+        return false;
+
+    ItemPointerData tid = op.found->tts_tid;
+    TM_FailureData failure;
+    TM_Result r =
+        table_tuple_lock(op.rel, &tid, op.snapshot, op.found, op.cid, LockTupleNoKeyExclusive,
+                         LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
+    if (r != TM_Ok)
+        return false;  // deleted meanwhile, or changed by this very command
+    return int8_of(op.found, kFence) == fence && state_of(op.found) == shape.running;
+}
+
+// Replaces column c in the next update().
+void set(Op& op, JobColumn c, Datum value, bool isnull = false)
+{
+    int i = shape.job[c] - 1;
+    op.values[i] = value;
+    op.nulls[i] = isnull;
+    op.replace[i] = true;
+}
+
+// Writes the new version of the row in op.found (locked by this transaction) with the columns
+// set() replaced, and its index entries unless the update was HOT. Leaves the new version in
+// op.next.
+void update(Op& op)
+{
+    TupleDesc desc = RelationGetDescr(op.rel);
+    CheckCmdReplicaIdentity(op.rel, CMD_UPDATE);
+    bool should_free = false;
+    HeapTuple old = ExecFetchSlotHeapTuple(op.found, false, &should_free);
+    HeapTuple fresh = heap_modify_tuple(old, desc, op.values, op.nulls, op.replace);
+    if (should_free)
+        heap_freetuple(old);
+    memset(op.replace, 0, sizeof(bool) * desc->natts);
+    ItemPointerData tid = op.found->tts_tid;
+    ExecStoreHeapTuple(fresh, op.next, true);
+    JobcapUpdateIndexes indexes;
+    simple_table_tuple_update(op.rel, &tid, op.next, op.snapshot, &indexes);
+    if (jobcap_update_needs_indexes(indexes) && op.result->ri_NumIndices > 0)
+        jobcap_insert_index_tuples(op.result, op.next, op.estate, indexes);
+}
+
+}  // namespace
+
+bool usable(const char* function)
+{
+    const char* why = nullptr;
+    if (guc_hot_path != kHotPathDirect) {
+        why = "jobcap.hot_path is sql";
+    } else if (IsolationUsesXactSnapshot()) {
+        why = "the transaction is REPEATABLE READ or SERIALIZABLE";
+    } else {
+        if (!callback_registered) {
+            CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
+            callback_registered = true;
+        }
+        // An invalidation arriving while the shape is learned (opening a table accepts them)
+        // means what was learned may be stale: learn again.
+        for (int tries = 0; !shape.known && tries < 3; ++tries) {
+            uint64 seen = invalidations;
+            if (!learn_shape())
+                break;
+            if (invalidations != seen)
+                shape.known = false;
+        }
+        if (!shape.known || !shape.direct)
+            why = "jobcap.jobs has triggers or row security, or is not as jobcap 0.2.0 made it";
+    }
+    // Tests read these (client_min_messages = debug2) to know which path served a call.
+    if (why != nullptr)
+        elog(DEBUG2, "jobcap: %s takes the SQL path: %s", function, why);
+    else
+        elog(DEBUG2, "jobcap: %s takes the direct path", function);
+    return why == nullptr;
+}
+
+Datum succeeded_state()
+{
+    return ObjectIdGetDatum(shape.succeeded);
+}
+
+namespace {
+// complete on an open Op.
+bool complete_in(Op& op, const Access& access, int64 job_id, int64 fence, TimestampTz now,
+                 Datum output, bool no_output)
+{
+    if (!lock_current(op, access, job_id, fence))
+        return false;
+    set(op, kState, ObjectIdGetDatum(shape.succeeded));
+    set(op, kFinishedAt, TimestampTzGetDatum(now));
+    set(op, kLeaseExpiresAt, (Datum) 0, true);
+    set(op, kOutput, output, no_output);
+    update(op);
+    return true;
+}
+}  // namespace
+
+bool complete(const Access& access, int64 job_id, int64 fence, TimestampTz now, Datum output,
+              bool no_output)
+{
+    Op op;
+    begin(op);
+    bool done = complete_in(op, access, job_id, fence, now, output, no_output);
+    end(op);
+    return done;
+}
+
+int complete_many(const Access& access, const int64* job_ids, const int64* fences,
+                  const Datum* outputs, const bool* no_outputs, int n, TimestampTz now,
+                  int* settled)
+{
+    Op op;
+    begin(op);
+    *settled = 0;
+    int failed = -1;
+    for (int i = 0; i < n && failed < 0; ++i) {
+        // A pair listed twice is settled once (the SQL path's UPDATE ... FROM joins it twice
+        // and updates the row once).
+        bool again = false;
+        for (int k = 0; k < i && !again; ++k)
+            again = job_ids[k] == job_ids[i] && fences[k] == fences[i];
+        if (again)
+            continue;
+        if (complete_in(op, access, job_ids[i], fences[i], now,
+                        outputs == nullptr ? (Datum) 0 : outputs[i],
+                        outputs == nullptr || no_outputs[i]))
+            ++*settled;
+        else
+            failed = i;
+    }
+    end(op);
+    return failed;
+}
+
+bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bool no_extend,
+               TimestampTz now, TimestampTz* expires)
+{
+    Op op;
+    begin(op);
+    bool done = lock_current(op, access, job_id, fence);
+    if (done) {
+        // greatest(lease_expires_at, now + coalesce(extend, lease)): NULLs are ignored.
+        bool no_lease = false, no_expiry = false;
+        Datum lease = no_extend ? slot_getattr(op.found, shape.job[kLease], &no_lease) : extend;
+        Datum expiry = slot_getattr(op.found, shape.job[kLeaseExpiresAt], &no_expiry);
+        TimestampTz until = no_expiry ? 0 : DatumGetTimestampTz(expiry);
+        if (!no_lease) {
+            TimestampTz pushed = DatumGetTimestampTz(
+                DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), lease));
+            if (no_expiry || pushed > until)
+                until = pushed;
+            no_expiry = false;
+        }
+        set(op, kLeaseExpiresAt, TimestampTzGetDatum(until), no_expiry);
+        update(op);
+        *expires = until;
+        done = !no_expiry;  // a NULL result is not a heartbeat jobcap ever gives
+    }
+    end(op);
+    return done;
+}
+
+bool assert_fence(const Access& access, int64 job_id, int64 fence)
+{
+    Op op;
+    begin(op);
+    bool done = lock_current(op, access, job_id, fence);
+    end(op);
+    return done;
+}
+
+int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
+          Datum uncounted, TimestampTz now, Claimed* out)
+{
+    Op op;
+    begin(op);
+
+    // The queue's settings, as the statement's one-time filter and InitPlans read them.
+    Relation queues = table_open(shape.queues, AccessShareLock);
+    Relation qindex = index_open(shape.queues_pkey, AccessShareLock);
+    ScanKeyData qkey;
+    text_key(&qkey, qindex, 1, queue);
+    index_close(qindex, AccessShareLock);
+    qkey.sk_attno = shape.queue[kQQueue];
+    SysScanDesc qscan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &qkey);
+    HeapTuple q = systable_getnext(qscan);
+    bool open = HeapTupleIsValid(q);
+    int32 queue_cap = 0;
+    int64 queue_epoch = 0;
+    Datum queue_lease = (Datum) 0;
+    if (open) {
+        TupleDesc qdesc = RelationGetDescr(queues);
+        bool n1 = false, n2 = false, n3 = false, n4 = false, n5 = false;
+        bool paused = DatumGetBool(heap_getattr(q, shape.queue[kQPaused], qdesc, &n1));
+        heap_getattr(q, shape.queue[kQMaxRunning], qdesc, &n2);
+        queue_cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], qdesc, &n3));
+        queue_epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], qdesc, &n4));
+        queue_lease = datumCopy(heap_getattr(q, shape.queue[kQLease], qdesc, &n5), false, 16);
+        open = !n1 && !paused && n2 && !n3 && !n4 && !n5;
+    }
+    systable_endscan(qscan);
+    table_close(queues, AccessShareLock);
+    if (!open || !may_work(access, queue, op.snapshot)) {
+        end(op);
+        elog(DEBUG2,
+             "jobcap: the claim goes to the SQL path: the queue is missing, paused, "
+             "capped or not the caller's");
+        return -1;
+    }
+    Datum granted_lease = no_lease ? queue_lease : lease;
+    Datum expires =
+        DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), granted_lease);
+
+    ArrayType* skip = DatumGetArrayTypeP(uncounted);
+    int nskip = ArrayGetNItems(ARR_NDIM(skip), ARR_DIMS(skip));
+    const int64* skipped = reinterpret_cast<const int64*>(ARR_DATA_PTR(skip));
+
+    // The statement's cohort: pending, due, below its cap, not skipped; then locked with SKIP
+    // LOCKED and checked again on the locked version.
+    auto eligible = [&](TupleTableSlot* slot, int32* cap, bool* no_cap) -> bool {
+        if (state_of(slot) != shape.pending)
+            return false;
+        bool isnull = false;
+        Datum q2 = slot_getattr(slot, shape.job[kQueue], &isnull);
+        if (isnull ||
+            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, q2, queue)))
+            return false;
+        Datum run_at = slot_getattr(slot, shape.job[kRunAt], &isnull);
+        if (isnull || DatumGetTimestampTz(run_at) > now)
+            return false;
+        bool own_null = false, epoch_null = false;
+        int32 own = int4_of(slot, kMaxAttempts, &own_null);
+        int64 epoch = int8_of(slot, kCapEpoch, &epoch_null);
+        // JOBCAP_CAP_OF (spi/cap.hpp): the job's own cap while its budget's epoch is the
+        // queue's, else the lower of its own and the queue's.
+        if (!epoch_null && epoch == queue_epoch) {
+            *cap = own;
+            *no_cap = own_null;
+        } else {
+            *cap = own_null ? queue_cap : Min(own, queue_cap);
+            *no_cap = false;
+        }
+        if (*no_cap || int4_of(slot, kAttempts) >= *cap)
+            return false;
+        int64 id = int8_of(slot, kJobId);
+        for (int i = 0; i < nskip; ++i)
+            if (skipped[i] == id)
+                return false;
+        return true;
+    };
+
+    Relation index = open_index(op, shape.jobs_claim);
+    ScanKeyData key;
+    text_key(&key, index, 1, queue);
+    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
+    int claimed = 0;
+    while (claimed < batch && index_getnext_slot(scan, ForwardScanDirection, seen)) {
+        int32 cap = 0;
+        bool no_cap = false;
+        if (!eligible(seen, &cap, &no_cap))
+            continue;
+        ItemPointerData tid = seen->tts_tid;
+        TM_FailureData failure;
+        TM_Result r =
+            table_tuple_lock(op.rel, &tid, op.snapshot, op.found, op.cid, LockTupleNoKeyExclusive,
+                             LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
+        if (r != TM_Ok || !eligible(op.found, &cap, &no_cap))
+            continue;  // locked by another (SKIP LOCKED), gone, or no longer claimable
+
+        bool first_null = false;
+        slot_getattr(op.found, shape.job[kFirstClaimedAt], &first_null);
+        int32 attempts = int4_of(op.found, kAttempts) + 1;
+        int64 fence = nextval_internal(shape.fences, false);
+        set(op, kState, ObjectIdGetDatum(shape.running));
+        set(op, kAttempts, Int32GetDatum(attempts));
+        set(op, kFence, Int64GetDatum(fence));
+        set(op, kLease, granted_lease);
+        set(op, kLeaseExpiresAt, expires);
+        set(op, kWorker, worker);
+        set(op, kClaimedAt, TimestampTzGetDatum(now));
+        if (first_null)
+            set(op, kFirstClaimedAt, TimestampTzGetDatum(now));
+        update(op);
+
+        Claimed& c = out[claimed++];
+        c.job_id = int8_of(op.next, kJobId);
+        c.fence = fence;
+        c.attempts = attempts;
+        c.cap = cap;
+        c.no_cap = no_cap;
+        c.lease_expires_at = DatumGetTimestampTz(expires);
+        bool isnull = false;
+        Datum payload = slot_getattr(op.next, shape.job[kPayload], &isnull);
+        c.payload = isnull ? (Datum) 0 : datumCopy(payload, false, -1);
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(seen);
+    end(op);
+    return claimed;
+}
+
+}  // namespace jobcap::direct

@@ -1,0 +1,70 @@
+// The direct path (jobcap.hot_path = direct): claim, complete, heartbeat and assert_fence on
+// jobcap.jobs without SPI, the planner or the executor's plan nodes, the way PostgreSQL's own
+// logical replication apply worker changes rows (src/backend/executor/execReplication.c):
+// find the row through an index with a fresh snapshot, lock it (SKIP LOCKED for a claim,
+// waiting for a settle, like UPDATE), re-check every predicate on the locked version (what
+// EvalPlanQual does for the SQL statement), update the heap tuple, and insert index entries only
+// when the update was not HOT (ExecInsertIndexTuples, so every index of the table is kept,
+// whatever a DBA added). WAL, logical decoding, statistics and HOT are heapam's, the same as for
+// the SQL statements.
+//
+// The SQL statements stay the reference (jobcap.hot_path = sql), and serve every call the direct
+// path does not: REPEATABLE READ and SERIALIZABLE (where a row changed since the snapshot must
+// raise a serialization failure), a table with triggers or row security (which only the executor
+// applies), the 0.1.0 schema, and every claim of a queue that is missing, paused, capped or not
+// the caller's (the SQL path then decides and raises). The differential test
+// (test/t/140_direct_path.pl) runs the same operations through both and compares the states.
+#pragma once
+
+#include "pg.hpp"
+
+#include "spi/access.hpp"
+
+namespace jobcap::direct {
+
+// Whether this call of function may take the direct path (see above); says which at DEBUG2.
+// Cheap after the first call of a session: the tables' shape is cached and forgotten when the
+// relcache entry of one of them is invalidated.
+bool usable(const char* function);
+
+// The fenced calls. Each returns false when no current row matched (job_id, fence, running, a
+// queue the caller may work): the caller then raises with raise_not_current, as the SQL path.
+// complete: state succeeded, finished_at = now, lease dropped, output kept (NULL: none).
+bool complete(const Access& access, int64 job_id, int64 fence, TimestampTz now, Datum output,
+              bool no_output);
+// complete for a batch (complete_jobs), all in one snapshot: returns the index of the first
+// (job_id, fence) pair in input order that was not current (nothing more is tried: the caller
+// raises, and the transaction rolls back), or -1 with *settled = the jobs completed. A pair
+// listed twice is settled once. outputs: NULL, or one per job (no_outputs[i]: none).
+int complete_many(const Access& access, const int64* job_ids, const int64* fences,
+                  const Datum* outputs, const bool* no_outputs, int n, TimestampTz now,
+                  int* settled);
+// heartbeat: the lease pushed to now + extend (NULL: the claim's lease), never shortened;
+// *expires gets the lease's new end.
+bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bool no_extend,
+               TimestampTz now, TimestampTz* expires);
+// assert_fence: the row locked (FOR NO KEY UPDATE) to the end of the transaction.
+bool assert_fence(const Access& access, int64 job_id, int64 fence);
+
+// The enum value of jobs.state 'succeeded' (complete_job's result).
+Datum succeeded_state();
+
+// One claimed job, as claim_job returns it (payload copied into the caller's memory).
+struct Claimed {
+    int64 job_id;
+    int64 fence;
+    int32 attempts;
+    int32 cap;
+    bool no_cap;
+    Datum payload;
+    TimestampTz lease_expires_at;
+};
+
+// Claims up to batch pending, due jobs of queue below their cap, in claim order (priority,
+// run_at, job_id), skipping rows locked by others and the jobs in uncounted (an int8[]), into
+// out (room for batch). Returns how many, or -1 without claiming anything when the queue is
+// missing, paused, capped, or not the caller's: the SQL path then decides.
+int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
+          Datum uncounted, TimestampTz now, Claimed* out);
+
+}  // namespace jobcap::direct
