@@ -1,0 +1,496 @@
+# The differential test of the direct path: the same randomised sequences of operations run
+# through jobcap.hot_path = sql (the SQL statements, the reference) in database "ref" and through
+# jobcap.hot_path = direct in database "dut", from the same start state, with up to three
+# sessions per database interleaved in the same order (one holds claims open in a transaction
+# while the others claim past them with SKIP LOCKED). Every operation's outcome (its rows, or its
+# SQLSTATE) is compared, and so is every table's state at the end of each sequence: timestamps
+# and fences are normalised (by rank within the database), since they legitimately differ.
+# The DEBUG2 messages of the direct path prove that "dut" took it (and "ref" did not).
+#
+# JOBCAP_DIFF_SEED, JOBCAP_DIFF_SEQUENCES and JOBCAP_DIFF_OPS override the defaults.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use JobcapTest;
+
+my $seed = $ENV{JOBCAP_DIFF_SEED} // (time() % 1_000_000);
+my $sequences = $ENV{JOBCAP_DIFF_SEQUENCES} // 40;
+my $ops_per_sequence = $ENV{JOBCAP_DIFF_OPS} // 120;
+note("differential: seed $seed (JOBCAP_DIFF_SEED=$seed reproduces this run)");
+srand($seed);
+
+# jobcap.database stays "postgres": no reaper serves "ref" or "dut", so nothing but the
+# operations below changes them (a rolled-back claim is not counted behind the test's back).
+my $node = jobcap_node('differential');
+for my $db (qw(ref dut))
+{
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION jobcap');
+}
+$node->safe_psql('postgres', 'CREATE ROLE jc_diff_worker IN ROLE jobcap_worker');
+my %path = (ref => 'sql', dut => 'direct');
+
+# A psql session of our own (IPC::Run), quieter than BackgroundPsql: send_sql() sends statements,
+# each followed by its SQLSTATE, and returns (stdout, stderr).
+sub session
+{
+	my ($db) = @_;
+	my %s = (db => $db, in => '', out => '', err => '', n => 0);
+	$s{timer} = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);
+	$s{run} = IPC::Run::start(
+		[ $node->installed_command('psql'), '-XAtq', '-d', $node->connstr($db), '-f', '-' ],
+		'<', \$s{in}, '>', \$s{out}, '2>', \$s{err}, $s{timer});
+	my $self = \%s;
+	send_sql($self, "SET client_min_messages = debug2", "SET jobcap.hot_path = $path{$db}",
+		"SET lock_timeout = '20s'");
+	return $self;
+}
+
+sub send_sql
+{
+	my ($s, @statements) = @_;
+	my $mark = "#done " . $s->{n}++;
+	$s->{out} = $s->{err} = '';
+	$s->{in} .= join('', map { "$_\n;\n\\echo '#SQLSTATE' :SQLSTATE\n" } @statements)
+	  . "\\echo '$mark'\n\\warn '$mark'\n";
+	$s->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
+	$s->{run}->pump until ($s->{out} =~ /^\Q$mark\E$/m && $s->{err} =~ /^\Q$mark\E$/m);
+	my ($out, $err) = ($s->{out}, $s->{err});
+	$out =~ s/^\Q$mark\E\n//m;
+	$err =~ s/^\Q$mark\E\n//m;
+	return ($out, $err);
+}
+
+my %sessions = map { my $db = $_; ($db => [ map { session($db) } 1 .. 3 ]) } qw(ref dut);
+
+# Which path served which function, per database (from the DEBUG2 messages).
+my %served;
+
+# The fences the claims handed out, per database, in the order they were handed out: ticket k
+# is the k-th, the same job on both sides (else the outcomes differed already).
+my %tickets = (ref => [], dut => []);
+my @ticket_job;    # ticket -> job_id
+my %latest;        # job_id -> its latest ticket
+
+# Turns a template into SQL for database $db: {F:k} is ticket k's fence there.
+sub expand
+{
+	my ($db, $sql) = @_;
+	$sql =~ s/\{F:(-?\d+)\}/$1 < 0 ? 0 : $tickets{$db}[$1]/ge;
+	return $sql;
+}
+
+# An outcome in a comparable form: claimed rows ("C|job|fence|...") get their ticket instead of
+# the fence (new tickets are recorded), SQLSTATEs stay, messages go (they name fences).
+sub normalise
+{
+	my ($db, $out, $err) = @_;
+	my @lines;
+	my $fresh = 0;
+	for my $line (split /\n/, $out)
+	{
+		if ($line =~ /^C\|(\d+)\|(\d+)\|(.*)$/)
+		{
+			my ($job, $fence, $rest) = ($1, $2, $3);
+			push @{ $tickets{$db} }, $fence;
+			my $k = $#{ $tickets{$db} };
+			$line = "C|$job|T$k|$rest";
+			if ($db eq 'ref')
+			{
+				$ticket_job[$k] = $job;
+				$latest{$job} = $k;
+			}
+		}
+		push @lines, $line;
+	}
+	while ($err =~ /jobcap: (\w+) takes the (direct|SQL) path/g)
+	{
+		$served{$db}{$1}{$2}++;
+	}
+	return join("\n", @lines);
+}
+
+# ---- the start state ------------------------------------------------------------------------
+
+my @queues = qw(qa qb qc qd);
+my %queue_model;    # what the driver set: capped (max_running), paused
+
+sub pick { return $_[ int(rand(@_)) ]; }
+
+# Setup SQL, from the PRNG: queues with different caps, leases and backoff (qb's retries wait
+# an hour, the others' are due at once), jobs with priorities, run_at in the past and the
+# future, their own caps, a requeue budget, and grants of qd (sometimes qa) to the worker role.
+sub start_state
+{
+	my @sql = (
+		"SELECT jobcap.create_queue('qa', max_attempts => " . (2 + int(rand(3))) . ", backoff_base => '0', backoff_max => '0')",
+		"SELECT jobcap.create_queue('qb', max_attempts => " . (3 + int(rand(3))) . ", lease => '10 minutes', backoff_base => '1 hour', backoff_max => '2 hours')",
+		"SELECT jobcap.create_queue('qc', max_attempts => 2, lease => '3 minutes', backoff_base => '0', backoff_max => '0', max_running => 2)",
+		"SELECT jobcap.create_queue('qd', max_attempts => 4, backoff_base => '0', backoff_max => '0')",
+		"SELECT jobcap.grant_queue('qd', 'jc_diff_worker')");
+	push @sql, "SELECT jobcap.grant_queue('qa', 'jc_diff_worker')" if rand() < 0.5;
+	%queue_model = (qc => { capped => 1 });
+	my $jobs = 0;
+	for my $q (@queues)
+	{
+		for (1 .. 4 + int(rand(5)))
+		{
+			my $when = pick("now() - interval '2 hours'", "now() - interval '1 minute'",
+				"now()", "now() + interval '1 hour'");
+			my $own = rand() < 0.3 ? 1 + int(rand(5)) : 'NULL';
+			push @sql,
+			    "SELECT jobcap.enqueue_job('$q', '{\"n\": " . ++$jobs . "}', run_at => $when,"
+			  . " priority => " . (int(rand(4)) - 1) . ", max_attempts => $own)";
+		}
+	}
+	# A budget granted by requeue_job: cancelled, then requeued with 2 or 5 extra attempts.
+	for my $id (1, 1 + int(rand($jobs)))
+	{
+		push @sql, "SELECT jobcap.cancel_job($id)",
+		  "SELECT jobcap.requeue_job($id, 'budget', " . pick(2, 5) . ")";
+	}
+	return @sql;
+}
+
+# ---- operations -----------------------------------------------------------------------------
+
+my $claim_cols = "SELECT 'C', job_id, fence, attempt, max_attempts, payload";
+
+# A job that was claimed (by ticket), or any job id; a fence for it: its latest ticket (current,
+# unless settled since), an older one (stale), another job's or 0.
+sub some_ticket
+{
+	my (%avoid) = @_;
+	my @jobs = grep { !$avoid{$_} } keys %latest;
+	return undef unless @jobs;
+	my $job = pick(sort { $a <=> $b } @jobs);
+	my $r = rand();
+	my $k = $latest{$job};
+	if ($r < 0.15)
+	{
+		my @older = grep { $ticket_job[$_] == $job } 0 .. $k;
+		$k = pick(@older);
+	}
+	elsif ($r < 0.2)
+	{
+		$k = -1;    # fence 0: never current
+	}
+	return ($job, $k);
+}
+
+# One operation: [label, template statements...]. %avoid: jobs locked by an open transaction of
+# another session (settling them would wait); $limited: only what cannot wait on such locks.
+sub random_op
+{
+	my ($limited, %avoid) = @_;
+	my $q = pick(@queues);
+	my $lease = pick('NULL', 'NULL', "'2 minutes'", "'20 minutes'");
+	my $w = pick('w1', 'w2', 'w3');
+	my @kinds = (('claim') x 6, ('by_id') x 2, ('cac') x 3, ('complete') x 4, ('complete_jobs') x 2,
+		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1);
+	push @kinds, (('reap') x 2, ('requeue') x 2, 'requeue_dead', ('alter') x 2, 'grant',
+		'pause', 'max_running', 'cancel', 'enqueue', ('as_worker') x 3)
+	  unless $limited;
+	my $kind = pick(@kinds);
+	# While another session holds locks, claims only from queues whose row nobody locks.
+	$q = pick(grep { !$queue_model{$_}{capped} } @queues) if $limited;
+
+	if ($kind eq 'claim')
+	{
+		return ("claim_job $q",
+			"$claim_cols FROM jobcap.claim_job('$q', '$w', " . (1 + int(rand(4))) . ", $lease)");
+	}
+	if ($kind eq 'by_id')
+	{
+		my $id = 1 + int(rand(30));
+		return ("claim_job_by_id $id",
+			"$claim_cols FROM jobcap.claim_job_by_id($id, '$w', $lease)");
+	}
+	my ($job, $k) = some_ticket(%avoid);
+	return random_op($limited, %avoid) unless defined $job
+	  || $kind =~ /^(reap|requeue|requeue_dead|alter|grant|pause|max_running|cancel|enqueue|as_worker)$/;
+	if ($kind eq 'cac')
+	{
+		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
+		return ("complete_and_claim $job -> $q",
+			"$claim_cols FROM jobcap.complete_and_claim($job, {F:$k}, '$q', '$w', "
+			  . (1 + int(rand(3))) . ", $lease, $out)");
+	}
+	if ($kind eq 'complete')
+	{
+		my $out = rand() < 0.3 ? ", '{\"r\": $job}'" : '';
+		return ("complete_job $job", "SELECT jobcap.complete_job($job, {F:$k}$out)");
+	}
+	if ($kind eq 'complete_jobs')
+	{
+		# Two to four pairs: sometimes one listed twice, sometimes a stale one.
+		my @pairs = ([ $job, $k ]);
+		for (1 .. int(rand(3)))
+		{
+			my ($j2, $k2) = some_ticket(%avoid);
+			push @pairs, [ $j2, $k2 ] if defined $j2;
+		}
+		push @pairs, $pairs[0] if rand() < 0.3;
+		push @pairs, [ $job, -1 ] if rand() < 0.1;
+		my $outputs = rand() < 0.3
+		  ? ", ARRAY[" . join(', ', map { "'{\"b\": $_->[0]}'::jsonb" } @pairs) . "]"
+		  : '';
+		return ("complete_jobs " . join(',', map { $_->[0] } @pairs),
+			"SELECT jobcap.complete_jobs(ARRAY[" . join(', ', map { $_->[0] } @pairs)
+			  . "]::bigint[], ARRAY[" . join(', ', map { "{F:$_->[1]}" } @pairs) . "]::bigint[]$outputs)");
+	}
+	if ($kind eq 'fail')
+	{
+		my $retry = pick('', '', ", '0'", ", '1 hour'");
+		return ("fail_job $job", "SELECT jobcap.fail_job($job, {F:$k}, 'boom $job'$retry)");
+	}
+	if ($kind eq 'heartbeat')
+	{
+		my $extend = pick('NULL', "'1 minute'", "'30 minutes'");
+		return ("heartbeat $job",
+			"SELECT jobcap.heartbeat($job, {F:$k}, $extend) IS NOT NULL");
+	}
+	if ($kind eq 'assert')
+	{
+		# assert_fence inside a transaction that writes something of its own.
+		return ("assert_fence $job", "BEGIN",
+			"SELECT jobcap.assert_fence($job, {F:$k})",
+			"UPDATE jobcap.jobs SET payload = payload || '{\"asserted\": true}' WHERE job_id = $job",
+			pick("COMMIT", "ROLLBACK"));
+	}
+	if ($kind eq 'release')
+	{
+		return ("release_job $job", "SELECT jobcap.release_job($job, {F:$k})");
+	}
+	if ($kind eq 'crash')
+	{
+		return ("crash_job $job", "SELECT jobcap.crash_job($job, {F:$k}, 'died')");
+	}
+	if ($kind eq 'reap')
+	{
+		# Expire one running job's lease (a fixed instant in the past), then reap.
+		my $id = defined $job ? $job : 1;
+		return ("reap after expiring $id",
+			"UPDATE jobcap.jobs SET lease_expires_at = '2000-01-01 00:00:00+00'"
+			  . " WHERE job_id = $id AND state = 'running'",
+			"SELECT job_id, queue, outcome FROM jobcap.reap_jobs() ORDER BY job_id");
+	}
+	if ($kind eq 'requeue')
+	{
+		my $id = 1 + int(rand(30));
+		return ("requeue_job $id",
+			"SELECT jobcap.requeue_job($id, 'again', " . pick('NULL', 1, 3) . ")");
+	}
+	if ($kind eq 'requeue_dead')
+	{
+		return ("requeue_dead $q", "SELECT jobcap.requeue_dead('$q', 'all again')");
+	}
+	if ($kind eq 'alter')
+	{
+		return ("alter_queue $q max_attempts",
+			"SELECT jobcap.alter_queue('$q', max_attempts => " . (1 + int(rand(6))) . ")");
+	}
+	if ($kind eq 'grant')
+	{
+		my $f = pick('grant_queue', 'revoke_queue');
+		return ("$f $q", "SELECT jobcap.$f('$q', 'jc_diff_worker')");
+	}
+	if ($kind eq 'pause')
+	{
+		my $f = pick('pause_queue', 'resume_queue', 'resume_queue');
+		$queue_model{$q}{paused} = $f eq 'pause_queue';
+		return ("$f $q", "SELECT jobcap.$f('$q')");
+	}
+	if ($kind eq 'max_running')
+	{
+		my $n = pick(0, 0, 1, 3);
+		$queue_model{$q}{capped} = $n > 0;
+		return ("alter_queue $q max_running $n",
+			"SELECT jobcap.alter_queue('$q', max_running => $n)");
+	}
+	if ($kind eq 'cancel')
+	{
+		my $id = 1 + int(rand(30));
+		return ("cancel_job $id", "SELECT jobcap.cancel_job($id)");
+	}
+	if ($kind eq 'enqueue')
+	{
+		return ("enqueue_job $q",
+			"SELECT jobcap.enqueue_job('$q', '{\"late\": true}', priority => " . (int(rand(3)) - 1) . ")");
+	}
+	# as_worker: a worker-role call, allowed on its granted queues, denied elsewhere (and the
+	# operator's calls denied always).
+	my ($label, @inner) = random_op(1, %avoid);
+	@inner = ("SELECT jobcap.reap_jobs()") if rand() < 0.1;
+	return ("as worker: $label", "SET ROLE jc_diff_worker", @inner, "RESET ROLE");
+}
+
+# ---- running and comparing ------------------------------------------------------------------
+
+my $compared = 0;
+my $failure;
+
+# Runs op (label, templates...) on session $i of both databases; returns false on a difference.
+sub apply_op
+{
+	my ($i, $label, @templates) = @_;
+	my %outcome;
+	for my $db (qw(ref dut))
+	{
+		my ($out, $err) = send_sql($sessions{$db}[$i], map { expand($db, $_) } @templates);
+		$outcome{$db} = normalise($db, $out, $err);
+	}
+	$compared++;
+	return 1 if $outcome{ref} eq $outcome{dut};
+	$failure = "operation '$label' in session $i differs:\n"
+	  . "statements: " . join('; ', map { expand('ref', $_) } @templates) . "\n"
+	  . "--- ref (sql)\n$outcome{ref}\n--- dut (direct)\n$outcome{dut}\n";
+	return 0;
+}
+
+# Every table's state, normalised: timestamps by rank among the database's timestamps, fences
+# by rank among its fences (both differ legitimately between the databases), the rest as is.
+my $state_query = q{
+WITH ts AS (
+    SELECT DISTINCT v FROM (
+        SELECT unnest(ARRAY[run_at, lease_expires_at, enqueued_at, first_claimed_at,
+                            claimed_at, finished_at]) AS v FROM jobcap.jobs
+        UNION ALL SELECT at FROM jobcap.job_errors) t
+     WHERE v IS NOT NULL),
+tr AS (SELECT v, dense_rank() OVER (ORDER BY v) AS k FROM ts),
+fs AS (SELECT DISTINCT v FROM (SELECT fence AS v FROM jobcap.jobs
+                               UNION ALL SELECT fence FROM jobcap.job_errors) f),
+fr AS (SELECT v, dense_rank() OVER (ORDER BY v) AS k FROM fs)
+SELECT 'job', j.job_id, j.queue, j.state::text, j.priority, (SELECT k FROM tr WHERE v = j.run_at),
+       j.attempts, j.max_attempts, (SELECT k FROM fr WHERE v = j.fence), j.lease,
+       (SELECT k FROM tr WHERE v = j.lease_expires_at), j.worker, j.dedupe_key,
+       (SELECT k FROM tr WHERE v = j.enqueued_at), (SELECT k FROM tr WHERE v = j.first_claimed_at),
+       (SELECT k FROM tr WHERE v = j.claimed_at), (SELECT k FROM tr WHERE v = j.finished_at),
+       j.payload, j.cap_epoch, j.output
+  FROM jobcap.jobs j
+UNION ALL
+SELECT 'error', e.seq, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at), e.job_id,
+       NULL, (SELECT k FROM fr WHERE v = e.fence), NULL, NULL, e.worker, e.error,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM jobcap.job_errors e
+UNION ALL
+SELECT 'queue', NULL, q.queue, NULL, q.max_attempts, NULL, q.max_running, NULL, q.cap_epoch,
+       q.lease, NULL, q.paused::text, q.backoff_base || '/' || q.backoff_max, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+  FROM jobcap.queues q
+UNION ALL
+SELECT 'grant', NULL, g.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, g.grantee,
+       g.granted_by, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM jobcap.queue_grants g
+ORDER BY 1, 2, 3, 12};
+
+sub state_of
+{
+	my ($db) = @_;
+	return $node->safe_psql($db, $state_query);
+}
+
+# Starts a sequence from an empty database (identities restarted, so job ids match).
+sub reset_and_setup
+{
+	my @setup = @_;
+	for my $db (qw(ref dut))
+	{
+		$node->safe_psql($db, 'TRUNCATE jobcap.jobs, jobcap.job_errors, jobcap.queue_grants,'
+			  . ' jobcap.queues RESTART IDENTITY CASCADE');
+		my ($out, $err) = send_sql($sessions{$db}[0], @setup);
+		die "setup failed in $db: $err" if $out =~ /#SQLSTATE (?!00000)/;
+	}
+	%tickets = (ref => [], dut => []);
+	@ticket_job = ();
+	%latest = ();
+}
+
+# A concurrent block: session 1 opens a transaction and claims (and maybe settles) in it;
+# sessions 0 and 2 claim past its locks and settle other jobs; session 1 commits or rolls back.
+sub concurrent_block
+{
+	my $holder_first = scalar @{ $tickets{ref} };
+	return 0 unless apply_op(1, 'BEGIN (session 1)', 'BEGIN');
+	my $q = pick(grep { !$queue_model{$_}{capped} } @queues);
+	return 0 unless apply_op(1, "claim_job $q in session 1's transaction",
+		"$claim_cols FROM jobcap.claim_job('$q', 'holder', " . (1 + int(rand(3))) . ")");
+	my %locked = map { $ticket_job[$_] => 1 } $holder_first .. $#{ $tickets{ref} };
+	if (rand() < 0.5 && %locked)
+	{
+		# The holder heartbeats, asserts or completes one of its own claims, in its transaction.
+		my $job = pick(sort { $a <=> $b } keys %locked);
+		my $f = pick('heartbeat', 'assert_fence', 'complete_job');
+		return 0 unless apply_op(1, "$f $job in session 1's transaction",
+			"SELECT jobcap.$f($job, {F:$latest{$job}}) IS NOT NULL");
+	}
+	for (1 .. 1 + int(rand(4)))
+	{
+		my $i = pick(0, 2);
+		my ($label, @templates) = random_op(1, %locked);
+		# Jobs named by the other sessions are not touched by the holder later.
+		return 0 unless apply_op($i, $label, @templates);
+	}
+	my $end = pick('COMMIT', 'ROLLBACK');
+	return apply_op(1, "$end (session 1)", $end);
+}
+
+my $sequences_run = 0;
+SEQUENCE: for my $n (1 .. $sequences)
+{
+	reset_and_setup(start_state());
+	my $ops = int($ops_per_sequence / 2) + int(rand($ops_per_sequence));
+	for (1 .. $ops)
+	{
+		my $ok =
+		  rand() < 0.15
+		  ? concurrent_block()
+		  : apply_op(0, random_op(0));
+		last SEQUENCE unless $ok;
+	}
+	my %state = map { $_ => state_of($_) } qw(ref dut);
+	if ($state{ref} ne $state{dut})
+	{
+		my @r = split /\n/, $state{ref};
+		my @d = split /\n/, $state{dut};
+		my $i = 0;
+		$i++ while $i < @r && $i < @d && $r[$i] eq $d[$i];
+		$failure = "state after sequence $n differs, first at row $i:\n"
+		  . "--- ref (sql)\n" . ($r[$i] // '(none)') . "\n--- dut (direct)\n" . ($d[$i] // '(none)') . "\n";
+		last SEQUENCE;
+	}
+	$sequences_run++;
+}
+
+is($failure, undef, 'the direct path and the SQL path give the same outcomes and states')
+  or diag("seed $seed: $failure");
+note("differential: $sequences_run sequences, $compared operations compared, "
+	  . ($failure ? 'a difference found' : 'all states equal'));
+
+# The comparison compared the two paths: dut's hot calls took the direct path, ref's never.
+for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence))
+{
+	ok(($served{dut}{$f}{direct} // 0) > 0,
+		"dut: $f took the direct path ($served{dut}{$f}{direct} times)")
+	  or diag(explain($served{dut}{$f}));
+	is($served{ref}{$f}{direct} // 0, 0, "ref: $f never took the direct path");
+}
+for my $db (qw(ref dut))
+{
+	note("$db: " . join(', ', map {
+		my $f = $_;
+		"$f " . join('/', map { "$_ $served{$db}{$f}{$_}" } sort keys %{ $served{$db}{$f} })
+	} sort keys %{ $served{$db} }));
+}
+
+for my $db (qw(ref dut))
+{
+	$_->{in} .= "\\q\n" for @{ $sessions{$db} };
+	$_->{run}->finish for @{ $sessions{$db} };
+}
+$node->stop;
+done_testing();
