@@ -358,17 +358,19 @@ sub apply_op
 }
 
 # Every table's state, normalised: timestamps by rank among the database's timestamps (they
-# differ legitimately between the databases), fences by the call that handed them out (in
-# state_of), the rest as is.
+# differ legitimately between the databases), except run_at in the future, which is only that
+# (a retry's backoff is random: jitter), fences by the call that handed them out (in state_of),
+# the rest as is.
 my $state_query = q{
 WITH ts AS (
     SELECT DISTINCT v FROM (
-        SELECT unnest(ARRAY[run_at, lease_expires_at, enqueued_at, first_claimed_at,
+        SELECT unnest(ARRAY[CASE WHEN run_at <= now() THEN run_at END, lease_expires_at, enqueued_at, first_claimed_at,
                             claimed_at, finished_at]) AS v FROM jobcap.jobs
         UNION ALL SELECT at FROM jobcap.job_errors) t
      WHERE v IS NOT NULL),
 tr AS (SELECT v, dense_rank() OVER (ORDER BY v) AS k FROM ts)
-SELECT 'job', j.job_id, j.queue, j.state::text, j.priority, (SELECT k FROM tr WHERE v = j.run_at),
+SELECT 'job', j.job_id, j.queue, j.state::text, j.priority,
+       CASE WHEN j.run_at > now() THEN 'future' ELSE (SELECT k FROM tr WHERE v = j.run_at)::text END,
        j.attempts, j.max_attempts, j.fence, j.lease,
        (SELECT k FROM tr WHERE v = j.lease_expires_at), j.worker, j.dedupe_key,
        (SELECT k FROM tr WHERE v = j.enqueued_at), (SELECT k FROM tr WHERE v = j.first_claimed_at),
@@ -376,7 +378,7 @@ SELECT 'job', j.job_id, j.queue, j.state::text, j.priority, (SELECT k FROM tr WH
        j.payload, j.cap_epoch, j.output
   FROM jobcap.jobs j
 UNION ALL
-SELECT 'error', e.seq, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at), e.job_id,
+SELECT 'error', e.seq, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at)::text, e.job_id,
        NULL, e.fence, NULL, NULL, e.worker, e.error,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.job_errors e
