@@ -72,6 +72,9 @@ my %served;
 # Operations compared so far, and the first difference found.
 my $compared = 0;
 my $failure;
+# Outcomes seen, per kind of operation: SQLSTATEs and claimed rows (so the log shows what the
+# sequences exercised).
+my %tally;
 
 # The fences the claims handed out, per database, in the order they were handed out: ticket k
 # is the k-th, the same job on both sides (else the outcomes differed already).
@@ -82,6 +85,7 @@ my @ticket_job;    # ticket -> job_id
 # sequence in another order on each path, which is no difference (nothing promises an order).
 my %fence_call = (ref => {}, dut => {});
 my %latest;        # job_id -> its latest ticket
+my %live;          # job_id -> claimed, and not settled since as far as the driver knows
 
 # Turns a template into SQL for database $db: {F:k} is ticket k's fence there.
 sub expand
@@ -111,6 +115,7 @@ sub normalise
 			{
 				$ticket_job[$k] = $job;
 				$latest{$job} = $k;
+				$live{$job} = 1;
 			}
 		}
 		push @lines, $line;
@@ -145,7 +150,7 @@ sub start_state
 	my $jobs = 0;
 	for my $q (@queues)
 	{
-		for (1 .. 4 + int(rand(5)))
+		for (1 .. 5 + int(rand(8)))
 		{
 			my $when = pick("now() - interval '2 hours'", "now() - interval '1 minute'",
 				"now()", "now() + interval '1 hour'");
@@ -166,6 +171,10 @@ sub start_state
 
 # ---- operations -----------------------------------------------------------------------------
 
+# The jobs the operations generated since the last reset name (an open transaction may hold
+# their rows locked).
+my %touched;
+
 my $claim_cols = "SELECT 'C', job_id, fence, attempt, max_attempts, payload";
 
 # A job that was claimed (by ticket), or any job id; a fence for it: its latest ticket (current,
@@ -175,7 +184,12 @@ sub some_ticket
 	my (%avoid) = @_;
 	my @jobs = grep { !$avoid{$_} } keys %latest;
 	return undef unless @jobs;
+	# Mostly a job the driver believes running (its fence is then current), so that settles
+	# succeed about as often as they are refused.
+	my @live = grep { $live{$_} } @jobs;
+	@jobs = @live if @live && rand() < 0.75;
 	my $job = pick(sort { $a <=> $b } @jobs);
+	$touched{$job} = 1;
 	my $r = rand();
 	my $k = $latest{$job};
 	if ($r < 0.15)
@@ -191,17 +205,18 @@ sub some_ticket
 }
 
 # One operation: [label, template statements...]. %avoid: jobs locked by an open transaction of
-# another session (settling them would wait); $limited: only what cannot wait on such locks.
+# another session (settling them would wait); $limited: only what cannot wait on such locks;
+# $in_transaction: the session has a transaction open (no BEGIN of its own).
 sub random_op
 {
-	my ($limited, %avoid) = @_;
+	my ($limited, $in_transaction, %avoid) = @_;
 	my $q = pick(@queues);
 	my $lease = pick('NULL', 'NULL', "'2 minutes'", "'20 minutes'");
 	my $w = pick('w1', 'w2', 'w3');
-	my @kinds = (('claim') x 6, ('by_id') x 2, ('cac') x 3, ('complete') x 4, ('complete_jobs') x 2,
+	my @kinds = (('claim') x 8, ('by_id') x 2, ('cac') x 3, ('complete') x 3, ('complete_jobs') x 2,
 		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1);
 	push @kinds, (('reap') x 2, ('requeue') x 2, 'requeue_dead', ('alter') x 2, 'grant',
-		'pause', 'max_running', 'cancel', 'enqueue', ('as_worker') x 3)
+		'pause', 'max_running', 'cancel', ('enqueue') x 3, ('as_worker') x 3)
 	  unless $limited;
 	my $kind = pick(@kinds);
 	# While another session holds locks, claims only from queues whose row nobody locks.
@@ -214,12 +229,13 @@ sub random_op
 	}
 	if ($kind eq 'by_id')
 	{
-		my $id = 1 + int(rand(30));
+		my $id = 1 + int(rand(50));
+		$touched{$id} = 1;
 		return ("claim_job_by_id $id",
 			"$claim_cols FROM jobcap.claim_job_by_id($id, '$w', $lease)");
 	}
 	my ($job, $k) = some_ticket(%avoid);
-	return random_op($limited, %avoid) unless defined $job
+	return random_op($limited, $in_transaction, %avoid) unless defined $job
 	  || $kind =~ /^(reap|requeue|requeue_dead|alter|grant|pause|max_running|cancel|enqueue|as_worker)$/;
 	if ($kind eq 'cac')
 	{
@@ -265,10 +281,10 @@ sub random_op
 	if ($kind eq 'assert')
 	{
 		# assert_fence inside a transaction that writes something of its own.
-		return ("assert_fence $job", "BEGIN",
-			"SELECT jobcap.assert_fence($job, {F:$k})",
-			"UPDATE jobcap.jobs SET payload = payload || '{\"asserted\": true}' WHERE job_id = $job",
-			pick("COMMIT", "ROLLBACK"));
+		my @body = ("SELECT jobcap.assert_fence($job, {F:$k})",
+			"UPDATE jobcap.jobs SET payload = payload || '{\"asserted\": true}' WHERE job_id = $job");
+		return ("assert_fence $job", @body) if $in_transaction;
+		return ("assert_fence $job", "BEGIN", @body, pick("COMMIT", "ROLLBACK"));
 	}
 	if ($kind eq 'release')
 	{
@@ -289,7 +305,7 @@ sub random_op
 	}
 	if ($kind eq 'requeue')
 	{
-		my $id = 1 + int(rand(30));
+		my $id = 1 + int(rand(50));
 		return ("requeue_job $id",
 			"SELECT jobcap.requeue_job($id, 'again', " . pick('NULL', 1, 3) . ")");
 	}
@@ -322,7 +338,7 @@ sub random_op
 	}
 	if ($kind eq 'cancel')
 	{
-		my $id = 1 + int(rand(30));
+		my $id = 1 + int(rand(50));
 		return ("cancel_job $id", "SELECT jobcap.cancel_job($id)");
 	}
 	if ($kind eq 'enqueue')
@@ -332,7 +348,7 @@ sub random_op
 	}
 	# as_worker: a worker-role call, allowed on its granted queues, denied elsewhere (and the
 	# operator's calls denied always).
-	my ($label, @inner) = random_op(1, %avoid);
+	my ($label, @inner) = random_op(1, $in_transaction, %avoid);
 	@inner = ("SELECT jobcap.reap_jobs()") if rand() < 0.1;
 	return ("as worker: $label", "SET ROLE jc_diff_worker", @inner, "RESET ROLE");
 }
@@ -350,6 +366,16 @@ sub apply_op
 		$outcome{$db} = normalise($db, $out, $err);
 	}
 	$compared++;
+	my ($kind) = $label =~ /^(as worker: \S+|\S+)/;
+	$tally{"$kind $_"}++ for $outcome{ref} =~ /#SQLSTATE (\w+)/g;
+	my $rows = () = $outcome{ref} =~ /^C\|/mg;
+	$tally{"$kind rows"} += $rows if $rows;
+	# A settle that went through: the job is no longer running.
+	if ($outcome{ref} !~ /#SQLSTATE (?!00000)/
+		&& $label =~ /^(?:as worker: )?(?:complete_job|complete_jobs|fail_job|crash_job|release_job|complete_and_claim) ([\d,]+)/)
+	{
+		delete $live{$_} for split /,/, $1;
+	}
 	return 1 if $outcome{ref} eq $outcome{dut};
 	$failure = "operation '$label' in session $i differs:\n"
 	  . "statements: " . join('; ', map { expand('ref', $_) } @templates) . "\n"
@@ -422,35 +448,47 @@ sub reset_and_setup
 	%fence_call = (ref => {}, dut => {});
 	@ticket_job = ();
 	%latest = ();
+	%live = ();
 }
 
-# A concurrent block: session 1 opens a transaction and claims (and maybe settles) in it;
-# sessions 0 and 2 claim past its locks and settle other jobs; session 1 commits or rolls back.
+# A concurrent block: sessions 1 and 2 open transactions (one or both, at random moments) and
+# claim, settle, heartbeat and assert in them, while the other sessions claim past their locks
+# (SKIP LOCKED) and settle other jobs; each transaction ends in COMMIT or ROLLBACK. No operation
+# touches a job another open transaction may hold locked (it would wait), and claims in this
+# block skip capped queues (their claims lock the queue's row).
 sub concurrent_block
 {
-	my $holder_first = scalar @{ $tickets{ref} };
-	return 0 unless apply_op(1, 'BEGIN (session 1)', 'BEGIN');
-	my $q = pick(grep { !$queue_model{$_}{capped} } @queues);
-	return 0 unless apply_op(1, "claim_job $q in session 1's transaction",
-		"$claim_cols FROM jobcap.claim_job('$q', 'holder', " . (1 + int(rand(3))) . ")");
-	my %locked = map { $ticket_job[$_] => 1 } $holder_first .. $#{ $tickets{ref} };
-	if (rand() < 0.5 && %locked)
+	my %open;    # session -> the jobs its open transaction may hold locked
+	for (1 .. 3 + int(rand(10)))
 	{
-		# The holder heartbeats, asserts or completes one of its own claims, in its transaction.
-		my $job = pick(sort { $a <=> $b } keys %locked);
-		my $f = pick('heartbeat', 'assert_fence', 'complete_job');
-		return 0 unless apply_op(1, "$f $job in session 1's transaction",
-			"SELECT jobcap.$f($job, {F:$latest{$job}}) IS NOT NULL");
+		my $i = pick(0, 1, 2);
+		if ($i != 0 && !$open{$i} && rand() < 0.5)
+		{
+			return 0 unless apply_op($i, "BEGIN (session $i)", 'BEGIN');
+			$open{$i} = {};
+			next;
+		}
+		my %avoid = map { %{ $open{$_} } } grep { $_ != $i } keys %open;
+		%touched = ();
+		my $first = scalar @{ $tickets{ref} };
+		return 0 unless apply_op($i, random_op(1, $open{$i} ? 1 : 0, %avoid));
+		if ($open{$i})
+		{
+			$open{$i}{$_} = 1 for keys %touched, map { $ticket_job[$_] } $first .. $#{ $tickets{ref} };
+			if (rand() < 0.2)
+			{
+				my $end = pick('COMMIT', 'ROLLBACK');
+				return 0 unless apply_op($i, "$end (session $i)", $end);
+				delete $open{$i};
+			}
+		}
 	}
-	for (1 .. 1 + int(rand(4)))
+	for my $i (sort keys %open)
 	{
-		my $i = pick(0, 2);
-		my ($label, @templates) = random_op(1, %locked);
-		# Jobs named by the other sessions are not touched by the holder later.
-		return 0 unless apply_op($i, $label, @templates);
+		my $end = pick('COMMIT', 'ROLLBACK');
+		return 0 unless apply_op($i, "$end (session $i)", $end);
 	}
-	my $end = pick('COMMIT', 'ROLLBACK');
-	return apply_op(1, "$end (session 1)", $end);
+	return 1;
 }
 
 my $sequences_run = 0;
@@ -463,7 +501,7 @@ SEQUENCE: for my $n (1 .. $sequences)
 		my $ok =
 		  rand() < 0.15
 		  ? concurrent_block()
-		  : apply_op(0, random_op(0));
+		  : apply_op(0, random_op(0, 0));
 		last SEQUENCE unless $ok;
 	}
 	my %state = map { $_ => state_of($_) } qw(ref dut);
@@ -491,6 +529,8 @@ ok(!defined $failure, 'the direct path and the SQL path give the same outcomes a
   or diag("seed $seed: $failure");
 note("differential: $sequences_run sequences, $compared operations compared, "
 	  . ($failure ? 'a difference found' : 'all states equal'));
+
+note("outcomes: " . join(', ', map { "$_ $tally{$_}" } sort keys %tally));
 
 # The comparison compared the two paths: dut's hot calls took the direct path, ref's never.
 for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence))
