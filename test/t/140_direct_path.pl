@@ -29,7 +29,7 @@ my $node = jobcap_node('differential');
 for my $db (qw(ref dut))
 {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	$node->safe_psql($db, 'CREATE EXTENSION jobcap');
+	$node->safe_psql($db, 'CREATE EXTENSION jobcap; CREATE EXTENSION amcheck');
 }
 $node->safe_psql('postgres', 'CREATE ROLE jc_diff_worker IN ROLE jobcap_worker');
 my %path = (ref => 'sql', dut => 'direct');
@@ -216,7 +216,7 @@ sub random_op
 	my @kinds = (('claim') x 8, ('by_id') x 2, ('cac') x 3, ('complete') x 3, ('complete_jobs') x 2,
 		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1);
 	push @kinds, (('reap') x 2, ('requeue') x 2, 'requeue_dead', ('alter') x 2, 'grant',
-		'pause', 'max_running', 'cancel', ('enqueue') x 3, ('as_worker') x 3)
+		'pause', 'max_running', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3)
 	  unless $limited;
 	my $kind = pick(@kinds);
 	# While another session holds locks, claims only from queues whose row nobody locks.
@@ -236,7 +236,7 @@ sub random_op
 	}
 	my ($job, $k) = some_ticket(%avoid);
 	return random_op($limited, $in_transaction, %avoid) unless defined $job
-	  || $kind =~ /^(reap|requeue|requeue_dead|alter|grant|pause|max_running|cancel|enqueue|as_worker)$/;
+	  || $kind =~ /^(reap|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker)$/;
 	if ($kind eq 'cac')
 	{
 		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
@@ -320,8 +320,23 @@ sub random_op
 	}
 	if ($kind eq 'grant')
 	{
+		# To the worker role itself, or to the group role it is a member of.
 		my $f = pick('grant_queue', 'revoke_queue');
-		return ("$f $q", "SELECT jobcap.$f('$q', 'jc_diff_worker')");
+		my $role = pick('jc_diff_worker', 'jc_diff_worker', 'jobcap_worker');
+		return ("$f $q $role", "SELECT jobcap.$f('$q', '$role')");
+	}
+	if ($kind eq 'lease')
+	{
+		return ("alter_queue $q lease",
+			"SELECT jobcap.alter_queue('$q', lease => '" . pick('4 minutes', '7 minutes') . "')");
+	}
+	if ($kind eq 'drop')
+	{
+		# Refused while the queue has pending or running jobs, unless forced; created again.
+		my $force = pick('false', 'false', 'true');
+		$queue_model{$q} = {};
+		return ("drop_queue $q force $force", "SELECT jobcap.drop_queue('$q', force => $force)",
+			"SELECT jobcap.create_queue('$q', max_attempts => 3, backoff_base => '0', backoff_max => '0')");
 	}
 	if ($kind eq 'pause')
 	{
@@ -503,6 +518,16 @@ SEQUENCE: for my $n (1 .. $sequences)
 		  ? concurrent_block()
 		  : apply_op(0, random_op(0, 0));
 		last SEQUENCE unless $ok;
+	}
+	# The indexes of jobcap.jobs hold every row they should (the direct path inserts their
+	# entries itself): amcheck's heapallindexed check.
+	for my $db (qw(ref dut))
+	{
+		my ($rc, $out, $err) = $node->psql($db,
+			"SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'jobcap.jobs'::regclass");
+		next if $rc == 0;
+		$failure = "after sequence $n an index of jobcap.jobs in $db fails amcheck: $err";
+		last SEQUENCE;
 	}
 	my %state = map { $_ => state_of($_) } qw(ref dut);
 	if ($state{ref} ne $state{dut})
