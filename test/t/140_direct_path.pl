@@ -31,7 +31,14 @@ for my $db (qw(ref dut))
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, 'CREATE EXTENSION jobcap; CREATE EXTENSION amcheck');
 }
-$node->safe_psql('postgres', 'CREATE ROLE jc_diff_worker IN ROLE jobcap_worker');
+# Worker roles: one plain, one whose name needs quoting, one that works through its membership
+# in the first, and an operator (who works only the queues granted to it, too).
+$node->safe_psql('postgres', q{
+    CREATE ROLE jc_diff_worker IN ROLE jobcap_worker;
+    CREATE ROLE "jc Diff Worker" IN ROLE jobcap_worker;
+    CREATE ROLE jc_diff_member IN ROLE jc_diff_worker;
+    CREATE ROLE jc_diff_operator IN ROLE jobcap_operator;
+});
 my %path = (ref => 'sql', dut => 'direct');
 
 # A psql session of our own (IPC::Run), quieter than BackgroundPsql: send_sql() sends statements,
@@ -322,7 +329,8 @@ sub random_op
 	{
 		# To the worker role itself, or to the group role it is a member of.
 		my $f = pick('grant_queue', 'revoke_queue');
-		my $role = pick('jc_diff_worker', 'jc_diff_worker', 'jobcap_worker');
+		my $role = pick('jc_diff_worker', 'jc_diff_worker', 'jobcap_worker', 'jc Diff Worker',
+			'jc_diff_operator');
 		return ("$f $q $role", "SELECT jobcap.$f('$q', '$role')");
 	}
 	if ($kind eq 'lease')
@@ -365,7 +373,9 @@ sub random_op
 	# operator's calls denied always).
 	my ($label, @inner) = random_op(1, $in_transaction, %avoid);
 	@inner = ("SELECT jobcap.reap_jobs()") if rand() < 0.1;
-	return ("as worker: $label", "SET ROLE jc_diff_worker", @inner, "RESET ROLE");
+	my $role = pick('jc_diff_worker', 'jc_diff_worker', '"jc Diff Worker"', 'jc_diff_member',
+		'jc_diff_operator');
+	return ("as worker: $label", "SET ROLE $role", @inner, "RESET ROLE");
 }
 
 # ---- running and comparing ------------------------------------------------------------------
