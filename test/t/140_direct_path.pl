@@ -53,7 +53,7 @@ sub session
 		'<', \$s{in}, '>', \$s{out}, '2>', \$s{err}, $s{timer});
 	my $self = \%s;
 	send_sql($self, "SET client_min_messages = debug2", "SET jobcap.hot_path = $path{$db}",
-		"SET lock_timeout = '20s'");
+		"SET lock_timeout = '5s'");
 	return $self;
 }
 
@@ -127,9 +127,9 @@ sub normalise
 		}
 		push @lines, $line;
 	}
-	while ($err =~ /jobcap: (\w+) takes the (direct|SQL) path/g)
+	while ($err =~ /jobcap: (\w+) takes the (direct|SQL) path(: the transaction is REPEATABLE READ)?/g)
 	{
-		$served{$db}{$1}{$2}++;
+		$served{$db}{$1}{ $3 ? 'SQL (repeatable read)' : $2 }++;
 	}
 	return join("\n", @lines);
 }
@@ -221,11 +221,18 @@ sub random_op
 	my $lease = pick('NULL', 'NULL', "'2 minutes'", "'20 minutes'");
 	my $w = pick('w1', 'w2', 'w3');
 	my @kinds = (('claim') x 8, ('by_id') x 2, ('cac') x 3, ('complete') x 3, ('complete_jobs') x 2,
-		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1);
-	push @kinds, (('reap') x 2, ('requeue') x 2, 'requeue_dead', ('alter') x 2, 'grant',
-		'pause', 'max_running', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3)
+		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1,
+		# reap_jobs and requeue_dead skip locked rows: safe beside open transactions too.
+		('reap') x 2, 'expire', 'requeue_dead');
+	push @kinds, (('requeue') x 2, ('alter') x 2, 'grant',
+		'pause', 'max_running', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3,
+		'repeatable_read')
 	  unless $limited;
 	my $kind = pick(@kinds);
+	# In an open transaction they would lock rows the driver cannot name for the others to avoid.
+	# (claim_job_by_id of a capped queue's job locks the queue's row, and the driver does not
+	# know the job's queue.)
+	$kind = 'claim' if $in_transaction && $kind =~ /^(reap|requeue_dead|by_id)$/;
 	# While another session holds locks, claims only from queues whose row nobody locks.
 	$q = pick(grep { !$queue_model{$_}{capped} } @queues) if $limited;
 
@@ -243,7 +250,7 @@ sub random_op
 	}
 	my ($job, $k) = some_ticket(%avoid);
 	return random_op($limited, $in_transaction, %avoid) unless defined $job
-	  || $kind =~ /^(reap|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker)$/;
+	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker|repeatable_read)$/;
 	if ($kind eq 'cac')
 	{
 		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
@@ -301,14 +308,19 @@ sub random_op
 	{
 		return ("crash_job $job", "SELECT jobcap.crash_job($job, {F:$k}, 'died')");
 	}
+	# Expiring a lease: a fixed instant in the past, as the tables' owner (no job: nothing).
+	my $expire = "UPDATE jobcap.jobs SET lease_expires_at = '2000-01-01 00:00:00+00'"
+	  . " WHERE job_id = " . ($job // 0) . " AND state = 'running'";
 	if ($kind eq 'reap')
 	{
-		# Expire one running job's lease (a fixed instant in the past), then reap.
-		my $id = defined $job ? $job : 1;
-		return ("reap after expiring $id",
-			"UPDATE jobcap.jobs SET lease_expires_at = '2000-01-01 00:00:00+00'"
-			  . " WHERE job_id = $id AND state = 'running'",
+		# Expire one running job's lease, then reap (jobs other sessions hold locked are skipped).
+		return ("reap after expiring " . ($job // 'none'), $expire,
 			"SELECT job_id, queue, outcome FROM jobcap.reap_jobs() ORDER BY job_id");
+	}
+	if ($kind eq 'expire')
+	{
+		# Left expired: the next heartbeat, settle or reap meets it.
+		return ("expire " . ($job // 'none'), $expire);
 	}
 	if ($kind eq 'requeue')
 	{
@@ -342,7 +354,8 @@ sub random_op
 	{
 		# Refused while the queue has pending or running jobs, unless forced; created again.
 		my $force = pick('false', 'false', 'true');
-		$queue_model{$q} = {};
+		# Only a forced drop surely happens (the driver may think a queue capped that is not).
+		$queue_model{$q} = {} if $force eq 'true';
 		return ("drop_queue $q force $force", "SELECT jobcap.drop_queue('$q', force => $force)",
 			"SELECT jobcap.create_queue('$q', max_attempts => 3, backoff_base => '0', backoff_max => '0')");
 	}
@@ -369,6 +382,13 @@ sub random_op
 		return ("enqueue_job $q",
 			"SELECT jobcap.enqueue_job('$q', '{\"late\": true}', priority => " . (int(rand(3)) - 1) . ")");
 	}
+	if ($kind eq 'repeatable_read')
+	{
+		# The direct path leaves REPEATABLE READ to the SQL statements: the same outcomes still.
+		my ($label, @inner) = random_op(1, 1, %avoid);
+		return ("repeatable read: $label", "BEGIN ISOLATION LEVEL REPEATABLE READ", @inner,
+			"COMMIT");
+	}
 	# as_worker: a worker-role call, allowed on its granted queues, denied elsewhere (and the
 	# operator's calls denied always).
 	my ($label, @inner) = random_op(1, $in_transaction, %avoid);
@@ -391,7 +411,7 @@ sub apply_op
 		$outcome{$db} = normalise($db, $out, $err);
 	}
 	$compared++;
-	my ($kind) = $label =~ /^(as worker: \S+|\S+)/;
+	my ($kind) = $label =~ /^((?:as worker|repeatable read): \S+|\S+)/;
 	$tally{"$kind $_"}++ for $outcome{ref} =~ /#SQLSTATE (\w+)/g;
 	my $rows = () = $outcome{ref} =~ /^C\|/mg;
 	$tally{"$kind rows"} += $rows if $rows;
@@ -400,6 +420,12 @@ sub apply_op
 		&& $label =~ /^(?:as worker: )?(?:complete_job|complete_jobs|fail_job|crash_job|release_job|complete_and_claim) ([\d,]+)/)
 	{
 		delete $live{$_} for split /,/, $1;
+	}
+	if ($outcome{ref} =~ /#SQLSTATE 55P03/ || $outcome{dut} =~ /#SQLSTATE 55P03/)
+	{
+		# The driver let an operation wait for another session's lock: its bug, not a path's.
+		$failure = "operation '$label' in session $i waited for a lock (lock_timeout)";
+		return 0;
 	}
 	return 1 if $outcome{ref} eq $outcome{dut};
 	$failure = "operation '$label' in session $i differs:\n"
@@ -411,7 +437,8 @@ sub apply_op
 # Every table's state, normalised: timestamps by rank among the database's timestamps (they
 # differ legitimately between the databases), except run_at in the future, which is only that
 # (a retry's backoff is random: jitter), fences by the call that handed them out (in state_of),
-# the rest as is.
+# history rows by their order among the job's (seq follows physical order in statements that
+# change several jobs), the rest as is.
 my $state_query = q{
 WITH ts AS (
     SELECT DISTINCT v FROM (
@@ -429,7 +456,8 @@ SELECT 'job', j.job_id, j.queue, j.state::text, j.priority,
        j.payload, j.cap_epoch, j.output
   FROM jobcap.jobs j
 UNION ALL
-SELECT 'error', e.seq, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at)::text, e.job_id,
+SELECT 'error', e.job_id, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at)::text,
+       row_number() OVER (PARTITION BY e.job_id ORDER BY e.seq),
        NULL, e.fence, NULL, NULL, e.worker, e.error,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.job_errors e
@@ -442,19 +470,26 @@ UNION ALL
 SELECT 'grant', NULL, g.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, g.grantee,
        g.granted_by, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.queue_grants g
-ORDER BY 1, 2, 3, 12};
+ORDER BY 1, 2, 3, 7, 12};
 
 sub state_of
 {
 	my ($db) = @_;
 	my @rows = map { [ split /\|/, $_, -1 ] } split /\n/, $node->safe_psql($db, $state_query);
-	# Field 8 of a job or an error row is the fence: named by the claim that handed it out, or
-	# (requeue_job takes one too) by its rank among the others.
+	# Field 8 of a job or an error row is the fence, field 1 the job: a fence is named by the
+	# claim that handed it out, or (requeue_job and requeue_dead take one too) by its rank among
+	# the job's fences. A statement that changes several rows (requeue_dead, reap_jobs) meets
+	# them in physical order, which differs between the databases: so does the order in which it
+	# takes fences and history rows' seq (see $state_query).
 	my @fenced = grep { $_->[0] eq 'job' || $_->[0] eq 'error' } @rows;
-	my @others = sort { $a <=> $b } grep { !exists $fence_call{$db}{$_} } map { $_->[8] } @fenced;
-	my %other_rank;
-	$other_rank{$_} //= 'other#' . scalar(keys %other_rank) for @others;
-	$_->[8] = $fence_call{$db}{ $_->[8] } // $other_rank{ $_->[8] } for @fenced;
+	my %of_job;
+	$of_job{ $_->[1] }{ $_->[8] } = 1 for @fenced;
+	for my $job (keys %of_job)
+	{
+		my $k = 0;
+		$of_job{$job}{$_} = $k++ for sort { $a <=> $b } keys %{ $of_job{$job} };
+	}
+	$_->[8] = $fence_call{$db}{ $_->[8] } // "job fence #$of_job{ $_->[1] }{ $_->[8] }" for @fenced;
 	return join("\n", map { join('|', @$_) } @rows);
 }
 
@@ -574,7 +609,10 @@ for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat 
 		"dut: $f took the direct path ($served{dut}{$f}{direct} times)")
 	  or diag(explain($served{dut}{$f}));
 	is($served{ref}{$f}{direct} // 0, 0, "ref: $f never took the direct path");
+	is($served{dut}{$f}{SQL} // 0, 0, "dut: $f took the SQL path only in REPEATABLE READ");
 }
+ok((grep { $_->{'SQL (repeatable read)'} } values %{ $served{dut} }) > 0,
+	'dut: calls in REPEATABLE READ took the SQL path');
 for my $db (qw(ref dut))
 {
 	note("$db: " . join(', ', map {
