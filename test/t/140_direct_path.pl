@@ -1,11 +1,13 @@
 # The differential test of the direct path: the same randomised sequences of operations run
 # through jobcap.hot_path = sql (the SQL statements, the reference) in database "ref" and through
-# jobcap.hot_path = direct in database "dut", from the same start state, with up to three
-# sessions per database interleaved in the same order (one holds claims open in a transaction
-# while the others claim past them with SKIP LOCKED). Every operation's outcome (its rows, or its
-# SQLSTATE) is compared, and so is every table's state at the end of each sequence: timestamps
-# and fences are normalised (by rank within the database), since they legitimately differ.
-# The DEBUG2 messages of the direct path prove that "dut" took it (and "ref" did not).
+# jobcap.hot_path = direct in database "dut", from the same start state, with three sessions
+# per database interleaved in the same order (one or two hold claims, settles, heartbeats and
+# fence assertions open in transactions while the others claim past them with SKIP LOCKED, settle
+# other jobs and reap). Every operation's outcome (its rows, or its SQLSTATE) is compared, and so
+# is every table's state at the end of each sequence (see $state_query for what is normalised,
+# and why), after amcheck has checked that jobcap.jobs' indexes hold every row they should.
+# The DEBUG2 messages prove that "dut" took the direct path (and "ref" did not).
+# On a difference it fails with the first one; a failed run is reproduced by its seed.
 #
 # JOBCAP_DIFF_SEED, JOBCAP_DIFF_SEQUENCES and JOBCAP_DIFF_OPS override the defaults.
 use strict;
