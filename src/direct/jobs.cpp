@@ -148,14 +148,14 @@ void learn_indexes(Relation jobs)
         IndexInfo* info = BuildIndexInfo(index);
         if (info->ii_Predicate != NIL)
             info->ii_PredicateState =
-                ExecInitQual(reinterpret_cast<List*>(expression_planner(
-                                 reinterpret_cast<Expr*>(info->ii_Predicate))),
+                ExecInitQual(reinterpret_cast<List*>(
+                                 expression_planner(reinterpret_cast<Expr*>(info->ii_Predicate))),
                              nullptr);
         ListCell* e;
         foreach (e, info->ii_Expressions)
-            info->ii_ExpressionsState = lappend(
-                info->ii_ExpressionsState,
-                ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
+            info->ii_ExpressionsState =
+                lappend(info->ii_ExpressionsState,
+                        ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
                  info->ii_ExclusionOps == nullptr;
