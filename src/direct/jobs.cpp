@@ -72,9 +72,9 @@ const char* const kJobColumnNames[kJobColumns] = {
 // Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
 // by its labels). A column a DBA changed sends every call to the SQL path.
 const Oid kJobColumnTypes[kJobColumns] = {
-    INT8OID,        TEXTOID, InvalidOid,     INT4OID,        TIMESTAMPTZOID, INT4OID,
-    INT4OID,        INT8OID, INTERVALOID,    TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
-    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, INT8OID,       JSONBOID};
+    INT8OID,        TEXTOID,        InvalidOid,  INT4OID,        TIMESTAMPTZOID, INT4OID,
+    INT4OID,        INT8OID,        INTERVALOID, TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
+    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -276,8 +276,7 @@ bool learn_shape()
 
     Relation queues = table_open(s.queues, AccessShareLock);
     for (int c = 0; c < kQueueColumns; ++c) {
-        s.queue[c] =
-            column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
+        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
         s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
     }
     table_close(queues, AccessShareLock);
@@ -291,10 +290,11 @@ bool learn_shape()
         AttrNumber claim[4] = {s.job[kQueue], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
-        s.direct =
-            s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) && index_on(s.jobs_claim, s.jobs, claim, 4) &&
-            index_on(s.queues_pkey, s.queues, qkey, 1) &&
-            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
+        s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
+                   index_on(s.jobs_claim, s.jobs, claim, 4) &&
+                   index_on(s.queues_pkey, s.queues, qkey, 1) &&
+                   index_on(s.grants_pkey, s.grants, gkey, 1) &&
+                   s.grant_grantee != InvalidAttrNumber;
     }
     s.known = true;
     shape = s;
@@ -576,8 +576,9 @@ bool usable(const char* function)
                 break;
         }
         if (!shape.known || !shape.direct)
-            why = "jobcap.jobs has triggers, rules, row security, constraints or generated "
-                  "columns, or is not as jobcap 0.2.0 made it";
+            why =
+                "jobcap.jobs has triggers, rules, row security, constraints or generated "
+                "columns, or is not as jobcap 0.2.0 made it";
     }
     // Tests read these (client_min_messages = debug2) to know which path served a call.
     if (why != nullptr)
@@ -666,9 +667,10 @@ bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bo
         }
         // Only a row edited by hand has neither: say so rather than call a current fence stale.
         if (no_expiry)
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                            errmsg("job %lld has no lease to extend", static_cast<long long>(job_id)),
-                            errhint("Give it one with heartbeat's extend argument.")));
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("job %lld has no lease to extend", static_cast<long long>(job_id)),
+                     errhint("Give it one with heartbeat's extend argument.")));
         set(op, kLeaseExpiresAt, TimestampTzGetDatum(until));
         update(op);
         *expires = until;
