@@ -13,6 +13,8 @@ extern "C" {
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xlog.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
@@ -22,11 +24,14 @@ extern "C" {
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 }
@@ -64,6 +69,12 @@ const char* const kJobColumnNames[kJobColumns] = {
     "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
     "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
     "claimed_at",   "finished_at", "payload", "cap_epoch",        "output"};
+// Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
+// by its labels). A column a DBA changed sends every call to the SQL path.
+const Oid kJobColumnTypes[kJobColumns] = {
+    INT8OID,        TEXTOID,        InvalidOid,  INT4OID,        TIMESTAMPTZOID, INT4OID,
+    INT4OID,        INT8OID,        INTERVALOID, TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
+    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -75,6 +86,8 @@ enum QueueColumn {
 };
 const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
                                                       "paused", "max_running",  "cap_epoch"};
+const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID,
+                                              BOOLOID, INT4OID, INT8OID};
 
 // What the direct path knows of the installed tables. Learned on first use and forgotten when
 // the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
@@ -92,23 +105,104 @@ Shape shape;
 uint64 invalidations = 0;
 bool callback_registered = false;
 
+// The indexes of jobcap.jobs, each IndexInfo built once (with its predicate's and expressions'
+// evaluation states) in a context of its own instead of once per statement, as
+// ExecOpenIndices does. Used when every index is a btree with immediate uniqueness and no
+// exclusion constraint (jobcap's own are): the direct path then evaluates each predicate first
+// and opens and inserts into only the indexes the new version belongs in. Otherwise (an index a
+// DBA added of another kind) ExecOpenIndices and ExecInsertIndexTuples do it all, per call.
+constexpr int kMaxCachedIndexes = 32;
+struct Indexes {
+    bool valid;
+    bool cached;
+    int count;
+    Oid oids[kMaxCachedIndexes];
+    IndexInfo* infos[kMaxCachedIndexes];
+};
+Indexes indexes;
+MemoryContext index_context = nullptr;
+
 void forget_shape(Datum, Oid relid)
 {
-    if (relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
-        relid == shape.grants) {
+    bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
+                relid == shape.grants;
+    for (int i = 0; !ours && i < indexes.count; ++i)
+        ours = relid == indexes.oids[i];
+    if (ours) {
         shape.known = false;
+        indexes.valid = false;
         ++invalidations;
     }
 }
 
-AttrNumber column(TupleDesc desc, const char* name)
+// Learns the indexes of jobs (locked by the caller: the set cannot change before the end of
+// the transaction).
+void learn_indexes(Relation jobs)
+{
+    if (index_context == nullptr)
+        index_context = AllocSetContextCreate(CacheMemoryContext, "jobcap direct path indexes",
+                                              ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(index_context);
+    indexes.valid = false;
+    indexes.count = 0;
+    uint64 seen = invalidations;
+    List* oids = RelationGetIndexList(jobs);
+    bool cached = list_length(oids) <= kMaxCachedIndexes;
+    ListCell* lc;
+    foreach (lc, oids) {
+        if (!cached)
+            break;
+        Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+        MemoryContext caller = MemoryContextSwitchTo(index_context);
+        IndexInfo* info = BuildIndexInfo(index);
+        if (info->ii_Predicate != NIL)
+            info->ii_PredicateState =
+                ExecInitQual(reinterpret_cast<List*>(
+                                 expression_planner(reinterpret_cast<Expr*>(info->ii_Predicate))),
+                             nullptr);
+        ListCell* e;
+        foreach (e, info->ii_Expressions)
+            info->ii_ExpressionsState =
+                lappend(info->ii_ExpressionsState,
+                        ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
+        MemoryContextSwitchTo(caller);
+        cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
+                 info->ii_ExclusionOps == nullptr;
+        indexes.oids[indexes.count] = RelationGetRelid(index);
+        indexes.infos[indexes.count++] = info;
+        index_close(index, AccessShareLock);
+    }
+    list_free(oids);
+    indexes.cached = cached;
+    // An invalidation that arrived meanwhile: use what was learned now (the table's lock keeps
+    // the set of indexes), learn again next time.
+    indexes.valid = invalidations == seen;
+}
+
+AttrNumber column(TupleDesc desc, const char* name, Oid type)
 {
     for (int i = 0; i < desc->natts; ++i) {
         Form_pg_attribute a = TupleDescAttr(desc, i);
         if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
-            return static_cast<AttrNumber>(i + 1);
+            return type == InvalidOid || a->atttypid == type ? static_cast<AttrNumber>(i + 1)
+                                                             : InvalidAttrNumber;
     }
     return InvalidAttrNumber;
+}
+
+// Whether the executor would do more for an UPDATE of rel than the direct path does: fire
+// triggers, apply row security or rules, check constraints, compute generated columns. The
+// direct path writes NULL only into lease_expires_at and output: NOT NULL there would be a check.
+bool executor_needed(Relation rel, const AttrNumber* job)
+{
+    TupleDesc desc = RelationGetDescr(rel);
+    TupleConstr* constr = desc->constr;
+    return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
+           rel->rd_rel->relkind != RELKIND_RELATION ||
+           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored)) ||
+           TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
+           TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
 
 // Whether index idx is on table rel with exactly these leading key columns.
@@ -118,9 +212,14 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys)
     if (!HeapTupleIsValid(t))
         return false;
     Form_pg_index index = reinterpret_cast<Form_pg_index>(GETSTRUCT(t));
-    bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid;
+    bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid &&
+              index->indisready && !index->indcheckxmin;
+    bool isnull = false;
+    Datum options = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indoption, &isnull);
+    int2vector* option = isnull ? nullptr : reinterpret_cast<int2vector*>(DatumGetPointer(options));
     for (int i = 0; ok && i < nkeys; ++i)
-        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i];
+        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i] &&
+             (option == nullptr || option->values[i] == 0);  // ascending, nulls last
     ReleaseSysCache(t);
     if (ok) {
         t = SearchSysCache1(RELOID, ObjectIdGetDatum(idx));
@@ -162,12 +261,10 @@ bool learn_shape()
     Relation jobs = table_open(s.jobs, AccessShareLock);
     TupleDesc desc = RelationGetDescr(jobs);
     for (int c = 0; c < kJobColumns; ++c) {
-        s.job[c] = column(desc, kJobColumnNames[c]);
+        s.job[c] = column(desc, kJobColumnNames[c], kJobColumnTypes[c]);
         s.direct = s.direct && s.job[c] != InvalidAttrNumber;
     }
-    // Only the executor fires triggers and applies row security: with either, the SQL path.
-    s.direct = s.direct && jobs->trigdesc == nullptr && !jobs->rd_rel->relrowsecurity &&
-               jobs->rd_rel->relkind == RELKIND_RELATION;
+    s.direct = s.direct && !executor_needed(jobs, s.job);
     if (s.direct) {
         Oid type = TupleDescAttr(desc, s.job[kState] - 1)->atttypid;
         s.pending = state_value(type, "pending");
@@ -179,13 +276,13 @@ bool learn_shape()
 
     Relation queues = table_open(s.queues, AccessShareLock);
     for (int c = 0; c < kQueueColumns; ++c) {
-        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c]);
+        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
         s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
     }
     table_close(queues, AccessShareLock);
     Relation grants = table_open(s.grants, AccessShareLock);
-    s.grant_queue = column(RelationGetDescr(grants), "queue");
-    s.grant_grantee = column(RelationGetDescr(grants), "grantee");
+    s.grant_queue = column(RelationGetDescr(grants), "queue", TEXTOID);
+    s.grant_grantee = column(RelationGetDescr(grants), "grantee", TEXTOID);
     table_close(grants, AccessShareLock);
 
     if (s.direct) {
@@ -193,10 +290,11 @@ bool learn_shape()
         AttrNumber claim[4] = {s.job[kQueue], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
-        s.direct =
-            index_on(s.jobs_pkey, s.jobs, pkey, 1) && index_on(s.jobs_claim, s.jobs, claim, 4) &&
-            index_on(s.queues_pkey, s.queues, qkey, 1) &&
-            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
+        s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
+                   index_on(s.jobs_claim, s.jobs, claim, 4) &&
+                   index_on(s.queues_pkey, s.queues, qkey, 1) &&
+                   index_on(s.grants_pkey, s.grants, gkey, 1) &&
+                   s.grant_grantee != InvalidAttrNumber;
     }
     s.known = true;
     shape = s;
@@ -224,6 +322,7 @@ struct Op {
     Datum* values;          // the new version's replaced columns (set(), then update())
     bool* nulls;
     bool* replace;
+    Relation* opened;  // with cached indexes: those opened so far (indexes.oids' order)
 };
 
 void begin(Op& op)
@@ -238,7 +337,13 @@ void begin(Op& op)
     // No range table entry (index 0): nothing here needs one (no triggers, no permissions
     // checked by the executor, no generated columns).
     InitResultRelInfo(op.result, op.rel, 0, nullptr, 0);
-    ExecOpenIndices(op.result, false);
+    if (!indexes.valid)
+        learn_indexes(op.rel);
+    op.opened = nullptr;
+    if (indexes.cached)
+        op.opened = static_cast<Relation*>(palloc0(sizeof(Relation) * indexes.count));
+    else
+        ExecOpenIndices(op.result, false);
     op.found = table_slot_create(op.rel, nullptr);
     op.next = MakeSingleTupleTableSlot(RelationGetDescr(op.rel), &TTSOpsHeapTuple);
     int natts = RelationGetDescr(op.rel)->natts;
@@ -254,19 +359,68 @@ void end(Op& op)
     pfree(op.replace);
     ExecDropSingleTupleTableSlot(op.found);
     ExecDropSingleTupleTableSlot(op.next);
-    ExecCloseIndices(op.result);
+    if (op.opened == nullptr) {
+        ExecCloseIndices(op.result);
+    } else {
+        // As ExecCloseIndices: the index locks go, the table's stays.
+        for (int i = 0; i < indexes.count; ++i)
+            if (op.opened[i] != nullptr)
+                index_close(op.opened[i], RowExclusiveLock);
+        pfree(op.opened);
+    }
     FreeExecutorState(op.estate);
     table_close(op.rel, NoLock);  // the lock is held to the end of the transaction, as UPDATE's
     PopActiveSnapshot();
     UnregisterSnapshot(op.snapshot);
 }
 
-Relation open_index(const Op& op, Oid index)
+// Index i of indexes (cached), opened on first use in this call.
+Relation cached_index(Op& op, int i)
 {
-    for (int i = 0; i < op.result->ri_NumIndices; ++i)
-        if (RelationGetRelid(op.result->ri_IndexRelationDescs[i]) == index)
-            return op.result->ri_IndexRelationDescs[i];
+    if (op.opened[i] == nullptr)
+        op.opened[i] = index_open(indexes.oids[i], RowExclusiveLock);
+    return op.opened[i];
+}
+
+Relation open_index(Op& op, Oid index)
+{
+    if (op.opened != nullptr) {
+        for (int i = 0; i < indexes.count; ++i)
+            if (indexes.oids[i] == index)
+                return cached_index(op, i);
+    } else {
+        for (int i = 0; i < op.result->ri_NumIndices; ++i)
+            if (RelationGetRelid(op.result->ri_IndexRelationDescs[i]) == index)
+                return op.result->ri_IndexRelationDescs[i];
+    }
     elog(ERROR, "jobcap: index %u of jobcap.jobs is not open", index);
+}
+
+// ExecInsertIndexTuples for the cached indexes: the new version (op.next) goes into each index
+// whose predicate it passes. An index none of whose columns the update replaced is hinted as
+// unchanged (bottom-up deletion of the old version's duplicates, as the executor hints).
+void insert_index_entries(Op& op)
+{
+    ExprContext* econtext = GetPerTupleExprContext(op.estate);
+    econtext->ecxt_scantuple = op.next;
+    for (int i = 0; i < indexes.count; ++i) {
+        IndexInfo* info = indexes.infos[i];
+        if (!info->ii_ReadyForInserts)
+            continue;
+        if (info->ii_Predicate != NIL && !ExecQual(info->ii_PredicateState, econtext))
+            continue;
+        bool unchanged = info->ii_Expressions == NIL;
+        for (int k = 0; unchanged && k < info->ii_NumIndexAttrs; ++k) {
+            AttrNumber a = info->ii_IndexAttrNumbers[k];
+            unchanged = a > 0 && !op.replace[a - 1];
+        }
+        Datum values[INDEX_MAX_KEYS];
+        bool isnull[INDEX_MAX_KEYS];
+        FormIndexDatum(info, op.next, op.estate, values, isnull);
+        index_insert(cached_index(op, i), values, isnull, &op.next->tts_tid, op.rel,
+                     info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, unchanged, info);
+    }
+    ResetExprContext(econtext);
 }
 
 int64 int8_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
@@ -302,7 +456,7 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
     Relation index = index_open(shape.grants_pkey, AccessShareLock);
     ScanKeyData key;
     text_key(&key, index, 1, queue);
-    index_close(index, AccessShareLock);
+    index_close(index, NoLock);
     key.sk_attno = shape.grant_queue;  // systable_beginscan maps table columns to the index's
     SysScanDesc scan = systable_beginscan(grants, shape.grants_pkey, true, snapshot, 1, &key);
     bool may = false;
@@ -315,7 +469,7 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
         may = OidIsValid(role) && has_privs_of_role(access.caller, role);
     }
     systable_endscan(scan);
-    table_close(grants, AccessShareLock);
+    table_close(grants, NoLock);  // as a statement's locks: held to the end of the transaction
     return may;
 }
 
@@ -370,13 +524,18 @@ void update(Op& op)
     HeapTuple fresh = heap_modify_tuple(old, desc, op.values, op.nulls, op.replace);
     if (should_free)
         heap_freetuple(old);
-    memset(op.replace, 0, sizeof(bool) * desc->natts);
     ItemPointerData tid = op.found->tts_tid;
     ExecStoreHeapTuple(fresh, op.next, true);
-    JobcapUpdateIndexes indexes;
-    simple_table_tuple_update(op.rel, &tid, op.next, op.snapshot, &indexes);
-    if (jobcap_update_needs_indexes(indexes) && op.result->ri_NumIndices > 0)
-        jobcap_insert_index_tuples(op.result, op.next, op.estate, indexes);
+    JobcapUpdateIndexes how;
+    simple_table_tuple_update(op.rel, &tid, op.next, op.snapshot, &how);
+    // Not HOT: entries for the new version. (With only btrees cached there is no summarizing
+    // index: "summarizing only" would insert nothing.)
+    if (op.opened != nullptr && jobcap_update_needs_all_indexes(how))
+        insert_index_entries(op);
+    else if (op.opened == nullptr && jobcap_update_needs_indexes(how) &&
+             op.result->ri_NumIndices > 0)
+        jobcap_insert_index_tuples(op.result, op.next, op.estate, how);
+    memset(op.replace, 0, sizeof(bool) * desc->natts);
 }
 
 }  // namespace
@@ -388,22 +547,38 @@ bool usable(const char* function)
         why = "jobcap.hot_path is sql";
     } else if (IsolationUsesXactSnapshot()) {
         why = "the transaction is REPEATABLE READ or SERIALIZABLE";
+    } else if (XactReadOnly || RecoveryInProgress()) {
+        why = "the transaction is read-only";  // the SQL path raises what UPDATE raises
     } else {
         if (!callback_registered) {
             CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
             callback_registered = true;
         }
-        // An invalidation arriving while the shape is learned (opening a table accepts them)
-        // means what was learned may be stale: learn again.
-        for (int tries = 0; !shape.known && tries < 3; ++tries) {
-            uint64 seen = invalidations;
-            if (!learn_shape())
+        // The shape is trusted only under the table's lock, taken as UPDATE takes it: locking
+        // accepts the invalidations of every change committed before it (a trigger created
+        // since this transaction began), and no change to the table commits before this
+        // transaction ends. An invalidation arriving while the shape is learned (opening a table
+        // accepts them too) means what was learned may be stale: learn again.
+        for (int tries = 0; tries < 3; ++tries) {
+            if (!shape.known) {
+                uint64 seen = invalidations;
+                if (!learn_shape())
+                    break;
+                if (invalidations != seen) {
+                    shape.known = false;
+                    continue;
+                }
+            }
+            if (!shape.direct)
                 break;
-            if (invalidations != seen)
-                shape.known = false;
+            LockRelationOid(shape.jobs, RowExclusiveLock);
+            if (shape.known)
+                break;
         }
         if (!shape.known || !shape.direct)
-            why = "jobcap.jobs has triggers or row security, or is not as jobcap 0.2.0 made it";
+            why =
+                "jobcap.jobs has triggers, rules, row security, constraints or generated "
+                "columns, or is not as jobcap 0.2.0 made it";
     }
     // Tests read these (client_min_messages = debug2) to know which path served a call.
     if (why != nullptr)
@@ -490,10 +665,15 @@ bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bo
                 until = pushed;
             no_expiry = false;
         }
-        set(op, kLeaseExpiresAt, TimestampTzGetDatum(until), no_expiry);
+        // Only a row edited by hand has neither: say so rather than call a current fence stale.
+        if (no_expiry)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("job %lld has no lease to extend", static_cast<long long>(job_id)),
+                     errhint("Give it one with heartbeat's extend argument.")));
+        set(op, kLeaseExpiresAt, TimestampTzGetDatum(until));
         update(op);
         *expires = until;
-        done = !no_expiry;  // a NULL result is not a heartbeat jobcap ever gives
     }
     end(op);
     return done;
@@ -519,7 +699,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     Relation qindex = index_open(shape.queues_pkey, AccessShareLock);
     ScanKeyData qkey;
     text_key(&qkey, qindex, 1, queue);
-    index_close(qindex, AccessShareLock);
+    index_close(qindex, NoLock);
     qkey.sk_attno = shape.queue[kQQueue];
     SysScanDesc qscan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &qkey);
     HeapTuple q = systable_getnext(qscan);
@@ -538,7 +718,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         open = !n1 && !paused && n2 && !n3 && !n4 && !n5;
     }
     systable_endscan(qscan);
-    table_close(queues, AccessShareLock);
+    table_close(queues, NoLock);
     if (!open || !may_work(access, queue, op.snapshot)) {
         end(op);
         elog(DEBUG2,
