@@ -496,13 +496,28 @@ sub state_of
 }
 
 # Starts a sequence from an empty database (identities restarted, so job ids match).
+# Indexes a DBA might add to jobcap.jobs (one per sequence, or none): the direct path keeps every
+# index of the table (the one on lease_expires_at makes heartbeats non-HOT; the unique one is
+# checked on every claim); amcheck checks them after the sequence.
+my @extra_indexes = (
+	'',
+	'CREATE INDEX diff_worker ON jobcap.jobs (worker)',
+	'CREATE INDEX diff_lease ON jobcap.jobs (lease_expires_at)',
+	"CREATE INDEX diff_expr ON jobcap.jobs ((payload->>'n')) WHERE state = 'running'",
+	"CREATE UNIQUE INDEX diff_unique ON jobcap.jobs (fence) WHERE state = 'running'");
+my %extra_used;
+
 sub reset_and_setup
 {
 	my @setup = @_;
+	my $extra = pick(@extra_indexes);
+	$extra_used{ $extra =~ /INDEX (\w+)/ ? $1 : 'none' }++;
 	for my $db (qw(ref dut))
 	{
 		$node->safe_psql($db, 'TRUNCATE jobcap.jobs, jobcap.job_errors, jobcap.queue_grants,'
-			  . ' jobcap.queues RESTART IDENTITY CASCADE');
+			  . ' jobcap.queues RESTART IDENTITY CASCADE;'
+			  . join('', map { "DROP INDEX IF EXISTS jobcap.$_;" } qw(diff_worker diff_lease diff_expr diff_unique))
+			  . $extra);
 		my ($out, $err) = send_sql($sessions{$db}[0], @setup);
 		die "setup failed in $db: $err" if $out =~ /#SQLSTATE (?!00000)/;
 	}
@@ -602,6 +617,7 @@ ok(!defined $failure, 'the direct path and the SQL path give the same outcomes a
 note("differential: $sequences_run sequences, $compared operations compared, "
 	  . ($failure ? 'a difference found' : 'all states equal'));
 
+note("extra indexes: " . join(', ', map { "$_ $extra_used{$_}" } sort keys %extra_used));
 note("outcomes: " . join(', ', map { "$_ $tally{$_}" } sort keys %tally));
 
 # The comparison compared the two paths: dut's hot calls took the direct path, ref's never.
