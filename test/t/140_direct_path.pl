@@ -81,6 +81,7 @@ my %served;
 # Operations compared so far, and the first difference found.
 my $compared = 0;
 my $failure;
+our $show_outcomes = 0;    # note every outcome (the scripted sequence)
 # Outcomes seen, per kind of operation: SQLSTATEs and claimed rows (so the log shows what the
 # sequences exercised).
 my %tally;
@@ -429,6 +430,7 @@ sub apply_op
 		$failure = "operation '$label' in session $i waited for a lock (lock_timeout)";
 		return 0;
 	}
+	note("$label: " . join(' ', split /\n/, $outcome{ref})) if $show_outcomes;
 	return 1 if $outcome{ref} eq $outcome{dut};
 	$failure = "operation '$label' in session $i differs:\n"
 	  . "statements: " . join('; ', map { expand('ref', $_) } @templates) . "\n"
@@ -568,11 +570,65 @@ sub concurrent_block
 	return 1;
 }
 
+# Sequence 0 is scripted: the cases a random sequence meets only by luck. A transaction claims a
+# job again after releasing it and after failing it (its own locked, pending row), settles it
+# twice; another session claims past its locks; complete_jobs gets a pair twice and a stale
+# pair; a heartbeat asks for less than the lease left; a fence asserted in an open transaction
+# keeps its expired job from the reaper until that transaction ends.
+my @script_setup = (
+	"SELECT jobcap.create_queue('qa', max_attempts => 3, backoff_base => '0', backoff_max => '0')",
+	"SELECT jobcap.create_queue('qb', max_attempts => 2, lease => '10 minutes', backoff_base => '0', backoff_max => '0')",
+	"SELECT jobcap.enqueue_job('qa', '{\"n\": 1}', run_at => now() - interval '1 minute')",
+	"SELECT jobcap.enqueue_job('qa', '{\"n\": 2}', run_at => now() - interval '1 minute', priority => 1)",
+	"SELECT jobcap.enqueue_job('qa', '{\"n\": 3}', run_at => now() - interval '1 minute')",
+	"SELECT jobcap.enqueue_job('qb', '{\"n\": 4}', run_at => now() - interval '1 minute')",
+	"SELECT jobcap.enqueue_job('qb', '{\"n\": 5}', run_at => now() - interval '1 minute')");
+my $claim_qa = "$claim_cols FROM jobcap.claim_job('qa', 'w', %d)";
+my @script = (
+	[ 1, 'BEGIN' ],
+	[ 1, 'claim_job qa', sprintf($claim_qa, 1) ],                      # job 1: T0
+	[ 1, 'release_job 1', 'SELECT jobcap.release_job(1, {F:0})' ],
+	[ 1, 'claim_job qa', sprintf($claim_qa, 1) ],                      # job 1 again: T1
+	[ 1, 'fail_job 1', "SELECT jobcap.fail_job(1, {F:1}, 'x', '0')" ],
+	[ 1, 'claim_job qa', sprintf($claim_qa, 2) ],                      # jobs 3, 1: T2, T3
+	[ 0, 'claim_job qa', sprintf($claim_qa, 3) ],                      # job 2 only: T4
+	[ 1, 'complete_job 1', 'SELECT jobcap.complete_job(1, {F:3})' ],
+	[ 1, 'complete_job 1', 'SELECT jobcap.complete_job(1, {F:3})' ],   # JC001
+	[ 1, 'ROLLBACK' ],
+	[ 0, 'claim_job qa', sprintf($claim_qa, 3) ],                      # jobs 1, 3: T5, T6
+	[ 0, 'complete_jobs 1', 'SELECT jobcap.complete_jobs(ARRAY[1, 1], ARRAY[{F:5}, {F:5}])' ],
+	[ 0, 'complete_jobs 3', 'SELECT jobcap.complete_jobs(ARRAY[3, 3], ARRAY[{F:6}, {F:3}])' ],
+	[ 0, 'heartbeat 3', "SELECT jobcap.heartbeat(3, {F:6}, '1 minute') IS NOT NULL" ],
+	[ 0, 'expire 3', "UPDATE jobcap.jobs SET lease_expires_at = '2000-01-01 00:00:00+00' WHERE job_id = 3" ],
+	[ 1, 'BEGIN' ],
+	[ 1, 'assert_fence 3', 'SELECT jobcap.assert_fence(3, {F:6})' ],
+	[ 0, 'reap', 'SELECT job_id, queue, outcome FROM jobcap.reap_jobs() ORDER BY job_id' ],
+	[ 1, 'heartbeat 3', 'SELECT jobcap.heartbeat(3, {F:6}) IS NOT NULL' ],
+	[ 1, 'COMMIT' ],
+	[ 0, 'expire 3', "UPDATE jobcap.jobs SET lease_expires_at = '2000-01-01 00:00:00+00' WHERE job_id = 3" ],
+	[ 0, 'reap', 'SELECT job_id, queue, outcome FROM jobcap.reap_jobs() ORDER BY job_id' ],
+	[ 0, 'complete_and_claim 2', "$claim_cols FROM jobcap.complete_and_claim(2, {F:4}, 'qa', 'w', 2)" ],
+	[ 0, 'claim_job_by_id 4', "$claim_cols FROM jobcap.claim_job_by_id(4, 'w')" ],
+	[ 0, 'complete_job 4', 'SELECT jobcap.complete_job(4, {F:0})' ],     # stale: JC001
+	[ 0, 'heartbeat 4', "SELECT jobcap.heartbeat(4, {F:-1}, '1 hour') IS NOT NULL" ],
+	[ 0, 'repeatable read: claim_job qb', 'BEGIN ISOLATION LEVEL REPEATABLE READ',
+		"$claim_cols FROM jobcap.claim_job('qb', 'w')", 'COMMIT' ]);
+
 my $sequences_run = 0;
-SEQUENCE: for my $n (1 .. $sequences)
+SEQUENCE: for my $n (0 .. $sequences)
 {
-	reset_and_setup(start_state());
-	my $ops = int($ops_per_sequence / 2) + int(rand($ops_per_sequence));
+	reset_and_setup($n == 0 ? @script_setup : start_state());
+	if ($n == 0)
+	{
+		local $show_outcomes = 1;
+		for my $step (@script)
+		{
+			my ($i, $label, @templates) = @$step;
+			@templates = ($label) unless @templates;
+			last SEQUENCE unless apply_op($i, $label, @templates);
+		}
+	}
+	my $ops = $n == 0 ? 0 : int($ops_per_sequence / 2) + int(rand($ops_per_sequence));
 	for (1 .. $ops)
 	{
 		my $ok =
