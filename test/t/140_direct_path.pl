@@ -97,7 +97,8 @@ my %fence_call = (ref => {}, dut => {});
 my %latest;        # job_id -> its latest ticket
 my %live;          # job_id -> claimed, and not settled since as far as the driver knows
 
-# Turns a template into SQL for database $db: {F:k} is ticket k's fence there.
+# Turns a template into SQL for database $db: {F:k} is ticket k's fence there (k < 0: fence 0),
+# {PATH} the database's own jobcap.hot_path.
 sub expand
 {
 	my ($db, $sql) = @_;
@@ -112,7 +113,6 @@ sub normalise
 {
 	my ($db, $out, $err) = @_;
 	my @lines;
-	my $fresh = 0;
 	for my $line (split /\n/, $out)
 	{
 		if ($line =~ /^C\|(\d+)\|(\d+)\|(.*)$/)
@@ -144,7 +144,7 @@ sub normalise
 # ---- the start state ------------------------------------------------------------------------
 
 my @queues = qw(qa qb qc qd);
-my %queue_model;    # what the driver set: capped (max_running), paused
+my %queue_model;    # what the driver set: whether a queue is capped (max_running)
 
 sub pick { return $_[ int(rand(@_)) ]; }
 
@@ -376,7 +376,6 @@ sub random_op
 	if ($kind eq 'pause')
 	{
 		my $f = pick('pause_queue', 'resume_queue', 'resume_queue');
-		$queue_model{$q}{paused} = $f eq 'pause_queue';
 		return ("$f $q", "SELECT jobcap.$f('$q')");
 	}
 	if ($kind eq 'max_running')
