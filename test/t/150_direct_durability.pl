@@ -176,7 +176,7 @@ is($node->safe_psql('postgres', q{
 ($out, $said) = run_direct($node, 'postgres', q{
     SELECT string_agg(job_id || ':' || attempt || ':' || (fence > } . $max_fence . q{), ' ' ORDER BY job_id)
       FROM jobcap.claim_job('c', 'after', 3)});
-is($out, '8:1:t 9:1:t 11:1:t', 'after recovery the direct claim finds them again, with new fences');
+is($out, '8:1:true 9:1:true 11:1:true', 'after recovery the direct claim finds them again, with new fences');
 is($said, 'claim_job direct', 'on the direct path');
 check_indexes($node, 'postgres', 1);
 pass('amcheck after the claims that followed recovery');
@@ -243,15 +243,18 @@ sub operations
 		"BEGIN;",
 		"SELECT jobcap.complete_job(j.job_id, j.fence) FROM " . running($q) . ";",
 		"ROLLBACK;",
-		"SELECT jobcap.complete_job(j.job_id, j.fence) FROM jobcap.jobs j WHERE queue = '$q' AND state = 'running';",
+		"SELECT jobcap.complete_job(j.job_id, j.fence) FROM (SELECT job_id, fence FROM jobcap.jobs"
+		  . " WHERE queue = '$q' AND state = 'running' ORDER BY job_id) j;",
 		"SELECT pg_stat_force_next_flush();");
 }
 
 # What the slot decoded since last time, normalised: the queue named Q, job ids counted from
-# the queue's first, fences by their rank, timestamps as T (or null), no transaction ids.
+# the queue's first, fences by their rank, no transaction ids, and a timestamp as null, as
+# "same" when the row's previous decoded version had the same, else as T.
 sub decoded
 {
 	my ($q) = @_;
+	my %last;
 	my $first = $primary->safe_psql('dec', "SELECT min(job_id) FROM jobcap.jobs WHERE queue = '$q'");
 	my @lines = split /\n/, $primary->safe_psql('dec', q{
         SELECT data FROM pg_logical_slot_get_changes('dec', NULL, NULL,
@@ -266,11 +269,19 @@ sub decoded
 		}
 		my ($table, $action, $cols) = ($1, $2, $3);
 		my @cols;
+		my ($row) = $cols =~ /^job_id\[bigint\]:(\d+)/;
+		$row //= '';
+		my $was = $last{"$table $row"} //= {};
+		my %now;
 		while ($cols =~ /(\w+)\[([^\]]+)\]:('(?:[^']|'')*'|\S+)/g)
 		{
 			my ($name, $type, $value) = ($1, $2, $3);
+			$now{$name} = $value;
 			if ($value eq 'null') { }
-			elsif ($type =~ /^timestamp/) { $value = 'T'; }
+			elsif ($type =~ /^timestamp/)
+			{
+				$value = (defined $was->{$name} && $was->{$name} eq $value) ? 'same' : 'T';
+			}
 			elsif ($name eq 'job_id') { $value -= $first; }
 			elsif ($name eq 'queue' && $value eq "'$q'") { $value = "'Q'"; }
 			elsif ($name eq 'fence' && $value ne '0')
@@ -280,6 +291,7 @@ sub decoded
 			}
 			push @cols, "$name=$value";
 		}
+		$last{"$table $row"} = \%now;
 		push @out, "$table $action " . join(' ', @cols);
 	}
 	return \@out;
@@ -312,7 +324,7 @@ unlike(paths_in($direct_err), qr/SQL/, 'hot_path = direct: every call took the d
 like(paths_in($direct_err), qr/^claim_job direct, complete_job direct, heartbeat direct.*complete_jobs direct.*complete_and_claim direct.*assert_fence direct/,
 	'hot_path = direct: claims, completions, heartbeats, complete_and_claim and assert_fence');
 is($direct_out, $sql_out, 'both paths returned the same');
-is(scalar(grep { /^table jobcap\.jobs UPDATE/ } @$direct_decoded), 16,
+is(scalar(grep { /^jobcap\.jobs UPDATE/ } @$direct_decoded), 16,
 	'the slot decoded 16 updates of jobcap.jobs on the direct path (6 claims, 6 completions, 4 heartbeats)');
 is_deeply($direct_decoded, $sql_decoded, 'logical decoding: the same changes, column by column, on both paths');
 note "decoded on the direct path:\n" . join("\n", @$direct_decoded);
@@ -328,6 +340,7 @@ is(($direct_after[0] - $direct_counts[0]) . ' ' . ($direct_after[1] - $direct_co
 $primary->safe_psql('dec', 'VACUUM jobcap.jobs');
 my @hb_before = split / /, counts();
 (undef, $said) = run_direct($primary, 'dec', q{
+    SELECT count(*) FROM jobcap.enqueue_job('dq', '{"hb": 1}');
     SELECT count(*) FROM jobcap.claim_job('dq', 'hb');
     SELECT jobcap.heartbeat(j.job_id, j.fence, n * interval '1 hour') IS NOT NULL
       FROM (SELECT job_id, fence FROM jobcap.jobs WHERE worker = 'hb') j, generate_series(1, 10) n;
@@ -424,6 +437,43 @@ is($primary->safe_psql('postgres', "SELECT string_agg(w || ' ' || state || ' ' |
 	'iso succeeded 2, none pending 6, trig succeeded 12',
 	'every call did its work on whichever path');
 $s->quit;
+
+# Constraints and stored generated columns are the executor's too (ExecConstraints,
+# ExecComputeStoredGenerated; logical replication's apply worker calls them as well): a CHECK
+# constraint a DBA adds holds on the direct path, and a generated column follows the row.
+$primary->safe_psql('postgres', q{
+    SELECT jobcap.create_queue('g', lease => '1 hour', backoff_base => '0', backoff_max => '0');
+    SELECT count(jobcap.enqueue_job('g', jsonb_build_object('n', n))) FROM generate_series(1, 6) n;
+    ALTER TABLE jobcap.jobs ADD CONSTRAINT worker_not_evil CHECK (worker IS DISTINCT FROM 'evil');
+});
+for my $path ('sql', 'direct')
+{
+	my ($rc, $stdout, $stderr) = $primary->psql('postgres',
+		"SET jobcap.hot_path = $path; SELECT count(*) FROM jobcap.claim_job('g', 'evil')");
+	like($stderr, qr/violates check constraint "worker_not_evil"/,
+		"hot_path = $path: a claim that would break a CHECK constraint on jobcap.jobs fails");
+}
+is($primary->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE worker = 'evil'"), '0',
+	'no row breaks the constraint');
+$primary->safe_psql('postgres', q{
+    ALTER TABLE jobcap.jobs DROP CONSTRAINT worker_not_evil;
+    ALTER TABLE jobcap.jobs ADD COLUMN done boolean GENERATED ALWAYS AS (state = 'succeeded') STORED;
+});
+for my $path ('sql', 'direct')
+{
+	my ($stdout, $stderr) = ('', '');
+	$primary->psql('postgres', qq{
+        SET jobcap.hot_path = $path; SET client_min_messages = debug2;
+        SELECT count(*) FROM jobcap.claim_job('g', 'gen-$path', 2);
+        SELECT jobcap.complete_job(job_id, fence) FROM jobcap.jobs WHERE worker = 'gen-$path'
+         ORDER BY job_id LIMIT 1;}, stdout => \$stdout, stderr => \$stderr, on_error_die => 1);
+	is(paths_in($stderr), $path eq 'sql' ? 'claim_job SQL, complete_job SQL' : 'claim_job direct, complete_job direct',
+		"hot_path = $path with a stored generated column: " . paths_in($stderr));
+	is($primary->safe_psql('postgres',
+		"SELECT string_agg(state || ' ' || done, ', ' ORDER BY job_id) FROM jobcap.jobs WHERE worker = 'gen-$path'"),
+		'succeeded true, running false', "hot_path = $path: a stored generated column follows the claim and the completion");
+}
+$primary->safe_psql('postgres', 'ALTER TABLE jobcap.jobs DROP COLUMN done');
 
 ###############################################################################
 # 2. The standby replays all of it: jobcap.jobs row by row, and its indexes check.
