@@ -211,6 +211,8 @@ $primary->safe_psql('dec', q{
       FROM unnest(ARRAY['sq', 'dq']) q;
     SELECT count(jobcap.enqueue_job(q, jsonb_build_object('n', n), priority => n % 2))
       FROM unnest(ARRAY['sq', 'dq']) q, generate_series(1, 6) n;
+    -- Old versions decoded whole too.
+    ALTER TABLE jobcap.jobs REPLICA IDENTITY FULL;
     SELECT 'slot' FROM pg_create_logical_replication_slot('dec', 'test_decoding');
 });
 
@@ -474,6 +476,50 @@ for my $path ('sql', 'direct')
 		'succeeded true, running false', "hot_path = $path: a stored generated column follows the claim and the completion");
 }
 $primary->safe_psql('postgres', 'ALTER TABLE jobcap.jobs DROP COLUMN done');
+
+# A rule on jobcap.jobs is the rewriter's: an ON UPDATE DO ALSO rule runs its action for every
+# update the SQL path makes, so the direct path must leave such a table to it. (The SQL path's
+# claims, one WITH statement, cannot run under such a rule at all: the jobs are claimed before
+# the rule exists.)
+$primary->safe_psql('postgres', q{
+    SELECT jobcap.create_queue('r', lease => '1 hour', backoff_base => '0', backoff_max => '0');
+    SELECT count(jobcap.enqueue_job('r', jsonb_build_object('n', n))) FROM generate_series(1, 2) n;
+    SELECT count(*) FROM unnest(ARRAY['sql', 'direct']) p, jobcap.claim_job('r', 'rule-' || p) c;
+    CREATE TABLE public.rule_log (job_id bigint, state text);
+    CREATE RULE log_updates AS ON UPDATE TO jobcap.jobs
+        DO ALSO INSERT INTO public.rule_log VALUES (NEW.job_id, NEW.state::text);
+});
+for my $path ('sql', 'direct')
+{
+	my ($stdout, $stderr) = ('', '');
+	$primary->psql('postgres', qq{
+        SET jobcap.hot_path = $path; SET client_min_messages = debug2;
+        SELECT jobcap.heartbeat(job_id, fence) IS NOT NULL FROM jobcap.jobs WHERE worker = 'rule-$path';
+        SELECT jobcap.complete_job(job_id, fence) FROM jobcap.jobs WHERE worker = 'rule-$path';},
+		stdout => \$stdout, stderr => \$stderr, on_error_die => 1);
+	is(paths_in($stderr), 'heartbeat SQL, complete_job SQL', "hot_path = $path with a rule on jobcap.jobs: the SQL path");
+	is($primary->safe_psql('postgres', qq{
+        SELECT string_agg(l.state, ' ') FROM public.rule_log l JOIN jobcap.jobs j USING (job_id)
+         WHERE j.worker = 'rule-$path'}), 'running succeeded', "hot_path = $path: the rule's action ran for both updates");
+}
+$primary->safe_psql('postgres', 'DROP RULE log_updates ON jobcap.jobs');
+
+# A table that publishes updates needs a replica identity: both paths refuse without one.
+$primary->safe_psql('postgres', q{
+    ALTER TABLE jobcap.jobs REPLICA IDENTITY NOTHING;
+    CREATE PUBLICATION jobs_pub FOR TABLE jobcap.jobs;
+});
+for my $path ('sql', 'direct')
+{
+	my ($rc, $stdout, $stderr) = $primary->psql('postgres',
+		"SET jobcap.hot_path = $path; SELECT count(*) FROM jobcap.claim_job('g', 'pub')");
+	like($stderr, qr/cannot update table "jobs" because it does not have a replica identity and publishes updates/,
+		"hot_path = $path: no claim in a table that publishes updates without a replica identity");
+}
+$primary->safe_psql('postgres', q{
+    DROP PUBLICATION jobs_pub;
+    ALTER TABLE jobcap.jobs REPLICA IDENTITY DEFAULT;
+});
 
 ###############################################################################
 # 2. The standby replays all of it: jobcap.jobs row by row, and its indexes check.
