@@ -252,7 +252,8 @@ sub operations
 
 # What the slot decoded since last time, normalised: the queue named Q, job ids counted from
 # the queue's first, fences by their rank, no transaction ids, and a timestamp as null, as
-# "same" when the row's previous decoded version had the same, else as T.
+# "same" when the old version had the same (the old tuple: the previous decoded version), else
+# as T.
 sub decoded
 {
 	my ($q) = @_;
@@ -271,18 +272,21 @@ sub decoded
 		}
 		my ($table, $action, $cols) = ($1, $2, $3);
 		my @cols;
-		my ($row) = $cols =~ /^job_id\[bigint\]:(\d+)/;
+		my ($row) = $cols =~ /job_id\[bigint\]:(\d+)/;
 		$row //= '';
 		my $was = $last{"$table $row"} //= {};
 		my %now;
 		while ($cols =~ /(\w+)\[([^\]]+)\]:('(?:[^']|'')*'|\S+)/g)
 		{
 			my ($name, $type, $value) = ($1, $2, $3);
+			# The new tuple's value against the old one's (REPLICA IDENTITY FULL decodes it
+			# first, without its nulls), the old one's against the previous decoded version.
+			my $ref = exists $now{$name} ? $now{$name} : $was->{$name};
 			$now{$name} = $value;
 			if ($value eq 'null') { }
 			elsif ($type =~ /^timestamp/)
 			{
-				$value = (defined $was->{$name} && $was->{$name} eq $value) ? 'same' : 'T';
+				$value = (defined $ref && $ref eq $value) ? 'same' : 'T';
 			}
 			elsif ($name eq 'job_id') { $value -= $first; }
 			elsif ($name eq 'queue' && $value eq "'$q'") { $value = "'Q'"; }
