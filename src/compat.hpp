@@ -21,6 +21,10 @@ inline bool jobcap_update_needs_indexes(JobcapUpdateIndexes u)
 {
     return u != TU_None;
 }
+inline bool jobcap_update_needs_all_indexes(JobcapUpdateIndexes u)
+{
+    return u == TU_All;
+}
 inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* slot, EState* estate,
                                        JobcapUpdateIndexes u)
 {
@@ -30,6 +34,10 @@ inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* sl
 #else
 using JobcapUpdateIndexes = bool;
 inline bool jobcap_update_needs_indexes(JobcapUpdateIndexes u)
+{
+    return u;
+}
+inline bool jobcap_update_needs_all_indexes(JobcapUpdateIndexes u)
 {
     return u;
 }

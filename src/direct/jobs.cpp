@@ -13,6 +13,7 @@ extern "C" {
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
@@ -22,11 +23,13 @@ extern "C" {
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "optimizer/optimizer.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 }
@@ -92,13 +95,79 @@ Shape shape;
 uint64 invalidations = 0;
 bool callback_registered = false;
 
+// The indexes of jobcap.jobs, each IndexInfo built once (with its predicate's and expressions'
+// evaluation states) in a context of its own instead of once per statement, as
+// ExecOpenIndices does. Used when every index is a btree with immediate uniqueness and no
+// exclusion constraint (jobcap's own are): the direct path then evaluates each predicate first
+// and opens and inserts into only the indexes the new version belongs in. Otherwise (an index a
+// DBA added of another kind) ExecOpenIndices and ExecInsertIndexTuples do it all, per call.
+constexpr int kMaxCachedIndexes = 32;
+struct Indexes {
+    bool valid;
+    bool cached;
+    int count;
+    Oid oids[kMaxCachedIndexes];
+    IndexInfo* infos[kMaxCachedIndexes];
+};
+Indexes indexes;
+MemoryContext index_context = nullptr;
+
 void forget_shape(Datum, Oid relid)
 {
-    if (relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
-        relid == shape.grants) {
+    bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
+                relid == shape.grants;
+    for (int i = 0; !ours && i < indexes.count; ++i)
+        ours = relid == indexes.oids[i];
+    if (ours) {
         shape.known = false;
+        indexes.valid = false;
         ++invalidations;
     }
+}
+
+// Learns the indexes of jobs (locked by the caller: the set cannot change before the end of
+// the transaction).
+void learn_indexes(Relation jobs)
+{
+    if (index_context == nullptr)
+        index_context = AllocSetContextCreate(CacheMemoryContext, "jobcap direct path indexes",
+                                              ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(index_context);
+    indexes.valid = false;
+    indexes.count = 0;
+    uint64 seen = invalidations;
+    List* oids = RelationGetIndexList(jobs);
+    bool cached = list_length(oids) <= kMaxCachedIndexes;
+    ListCell* lc;
+    foreach (lc, oids) {
+        if (!cached)
+            break;
+        Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+        MemoryContext caller = MemoryContextSwitchTo(index_context);
+        IndexInfo* info = BuildIndexInfo(index);
+        if (info->ii_Predicate != NIL)
+            info->ii_PredicateState =
+                ExecInitQual(reinterpret_cast<List*>(expression_planner(
+                                 reinterpret_cast<Expr*>(info->ii_Predicate))),
+                             nullptr);
+        ListCell* e;
+        foreach (e, info->ii_Expressions)
+            info->ii_ExpressionsState = lappend(
+                info->ii_ExpressionsState,
+                ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
+        MemoryContextSwitchTo(caller);
+        cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
+                 info->ii_ExclusionOps == nullptr;
+        indexes.oids[indexes.count] = RelationGetRelid(index);
+        indexes.infos[indexes.count++] = info;
+        index_close(index, AccessShareLock);
+    }
+    list_free(oids);
+    indexes.cached = cached;
+    // An invalidation that arrived meanwhile: use what was learned now (the table's lock keeps
+    // the set of indexes), learn again next time.
+    indexes.valid = invalidations == seen;
 }
 
 AttrNumber column(TupleDesc desc, const char* name)
@@ -224,6 +293,7 @@ struct Op {
     Datum* values;          // the new version's replaced columns (set(), then update())
     bool* nulls;
     bool* replace;
+    Relation* opened;  // with cached indexes: those opened so far (indexes.oids' order)
 };
 
 void begin(Op& op)
@@ -238,7 +308,13 @@ void begin(Op& op)
     // No range table entry (index 0): nothing here needs one (no triggers, no permissions
     // checked by the executor, no generated columns).
     InitResultRelInfo(op.result, op.rel, 0, nullptr, 0);
-    ExecOpenIndices(op.result, false);
+    if (!indexes.valid)
+        learn_indexes(op.rel);
+    op.opened = nullptr;
+    if (indexes.cached)
+        op.opened = static_cast<Relation*>(palloc0(sizeof(Relation) * indexes.count));
+    else
+        ExecOpenIndices(op.result, false);
     op.found = table_slot_create(op.rel, nullptr);
     op.next = MakeSingleTupleTableSlot(RelationGetDescr(op.rel), &TTSOpsHeapTuple);
     int natts = RelationGetDescr(op.rel)->natts;
@@ -254,19 +330,68 @@ void end(Op& op)
     pfree(op.replace);
     ExecDropSingleTupleTableSlot(op.found);
     ExecDropSingleTupleTableSlot(op.next);
-    ExecCloseIndices(op.result);
+    if (op.opened == nullptr) {
+        ExecCloseIndices(op.result);
+    } else {
+        // As ExecCloseIndices: the index locks go, the table's stays.
+        for (int i = 0; i < indexes.count; ++i)
+            if (op.opened[i] != nullptr)
+                index_close(op.opened[i], RowExclusiveLock);
+        pfree(op.opened);
+    }
     FreeExecutorState(op.estate);
     table_close(op.rel, NoLock);  // the lock is held to the end of the transaction, as UPDATE's
     PopActiveSnapshot();
     UnregisterSnapshot(op.snapshot);
 }
 
-Relation open_index(const Op& op, Oid index)
+// Index i of indexes (cached), opened on first use in this call.
+Relation cached_index(Op& op, int i)
 {
-    for (int i = 0; i < op.result->ri_NumIndices; ++i)
-        if (RelationGetRelid(op.result->ri_IndexRelationDescs[i]) == index)
-            return op.result->ri_IndexRelationDescs[i];
+    if (op.opened[i] == nullptr)
+        op.opened[i] = index_open(indexes.oids[i], RowExclusiveLock);
+    return op.opened[i];
+}
+
+Relation open_index(Op& op, Oid index)
+{
+    if (op.opened != nullptr) {
+        for (int i = 0; i < indexes.count; ++i)
+            if (indexes.oids[i] == index)
+                return cached_index(op, i);
+    } else {
+        for (int i = 0; i < op.result->ri_NumIndices; ++i)
+            if (RelationGetRelid(op.result->ri_IndexRelationDescs[i]) == index)
+                return op.result->ri_IndexRelationDescs[i];
+    }
     elog(ERROR, "jobcap: index %u of jobcap.jobs is not open", index);
+}
+
+// ExecInsertIndexTuples for the cached indexes: the new version (op.next) goes into each index
+// whose predicate it passes. An index none of whose columns the update replaced is hinted as
+// unchanged (bottom-up deletion of the old version's duplicates, as the executor hints).
+void insert_index_entries(Op& op)
+{
+    ExprContext* econtext = GetPerTupleExprContext(op.estate);
+    econtext->ecxt_scantuple = op.next;
+    for (int i = 0; i < indexes.count; ++i) {
+        IndexInfo* info = indexes.infos[i];
+        if (!info->ii_ReadyForInserts)
+            continue;
+        if (info->ii_Predicate != NIL && !ExecQual(info->ii_PredicateState, econtext))
+            continue;
+        bool unchanged = info->ii_Expressions == NIL;
+        for (int k = 0; unchanged && k < info->ii_NumIndexAttrs; ++k) {
+            AttrNumber a = info->ii_IndexAttrNumbers[k];
+            unchanged = a > 0 && !op.replace[a - 1];
+        }
+        Datum values[INDEX_MAX_KEYS];
+        bool isnull[INDEX_MAX_KEYS];
+        FormIndexDatum(info, op.next, op.estate, values, isnull);
+        index_insert(cached_index(op, i), values, isnull, &op.next->tts_tid, op.rel,
+                     info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, unchanged, info);
+    }
+    ResetExprContext(econtext);
 }
 
 int64 int8_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
@@ -370,13 +495,18 @@ void update(Op& op)
     HeapTuple fresh = heap_modify_tuple(old, desc, op.values, op.nulls, op.replace);
     if (should_free)
         heap_freetuple(old);
-    memset(op.replace, 0, sizeof(bool) * desc->natts);
     ItemPointerData tid = op.found->tts_tid;
     ExecStoreHeapTuple(fresh, op.next, true);
-    JobcapUpdateIndexes indexes;
-    simple_table_tuple_update(op.rel, &tid, op.next, op.snapshot, &indexes);
-    if (jobcap_update_needs_indexes(indexes) && op.result->ri_NumIndices > 0)
-        jobcap_insert_index_tuples(op.result, op.next, op.estate, indexes);
+    JobcapUpdateIndexes how;
+    simple_table_tuple_update(op.rel, &tid, op.next, op.snapshot, &how);
+    // Not HOT: entries for the new version. (With only btrees cached there is no summarizing
+    // index: "summarizing only" would insert nothing.)
+    if (op.opened != nullptr && jobcap_update_needs_all_indexes(how))
+        insert_index_entries(op);
+    else if (op.opened == nullptr && jobcap_update_needs_indexes(how) &&
+             op.result->ri_NumIndices > 0)
+        jobcap_insert_index_tuples(op.result, op.next, op.estate, how);
+    memset(op.replace, 0, sizeof(bool) * desc->natts);
 }
 
 }  // namespace
