@@ -58,7 +58,7 @@ sub jobs_rows
 		"SELECT string_agg(j::text, E'\\n' ORDER BY job_id) FROM jobcap.jobs j");
 }
 
-# amcheck on every index of jobcap.jobs, heap included (every live tuple has its entries);
+# amcheck on every btree index of jobcap.jobs, heap included (every live tuple has its entries);
 # parent also checks the levels against each other (needs a ShareLock: not on a standby).
 # Returns the names of the indexes checked.
 sub check_indexes
@@ -69,7 +69,7 @@ sub check_indexes
         SELECT string_agg(c.relname, ',' ORDER BY c.relname)
           FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid,
                LATERAL (SELECT $check(i.indexrelid, true)) x
-         WHERE i.indrelid = 'jobcap.jobs'::regclass});
+         WHERE i.indrelid = 'jobcap.jobs'::regclass AND c.relam = (SELECT oid FROM pg_am WHERE amname = 'btree')});
 }
 
 # One job of queue $q by its place in the queue (0: the first enqueued): "job_id, fence" of it,
@@ -442,6 +442,57 @@ is($primary->safe_psql('postgres', "SELECT string_agg(w || ' ' || state || ' ' |
                                              WHERE queue = 't' GROUP BY 1, 2) s"),
 	'iso succeeded 2, none pending 6, trig succeeded 12',
 	'every call did its work on whichever path');
+
+# Indexes a DBA adds while the session has learned the table's: the direct path writes their
+# entries too. One on lease_expires_at makes heartbeats non-HOT; one on an expression; one
+# built CONCURRENTLY; then a hash index (not a btree: the direct path lets the executor's
+# ExecInsertIndexTuples do the entries).
+$primary->safe_psql('postgres', q{
+    SELECT jobcap.create_queue('i', lease => '1 hour', backoff_base => '0', backoff_max => '0');
+    SELECT count(jobcap.enqueue_job('i', jsonb_build_object('n', n))) FROM generate_series(1, 12) n;
+});
+my $index_calls = q{
+    SELECT count(*) FROM jobcap.claim_job('i', 'idx', 2);
+    SELECT count(jobcap.heartbeat(job_id, fence, '3 hours')) FROM jobcap.jobs WHERE worker = 'idx' AND state = 'running';
+    SELECT jobcap.complete_job(job_id, fence) FROM jobcap.jobs WHERE worker = 'idx' AND state = 'running'
+     ORDER BY job_id LIMIT 1;
+};
+($o, $p) = in_session($s, $index_calls);
+is($p, 'claim_job direct, heartbeat direct, heartbeat direct, complete_job direct', 'before the new indexes: direct');
+$primary->safe_psql('postgres', q{
+    CREATE INDEX CONCURRENTLY jobs_lease ON jobcap.jobs (lease_expires_at) WHERE state = 'running';
+    CREATE INDEX jobs_n ON jobcap.jobs (((payload->>'n')::int), worker);
+});
+my $hot_updates = "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'jobcap.jobs'::regclass";
+in_session($s, 'SELECT pg_stat_force_next_flush();');    # what the session counted so far
+my $hot_before = $primary->safe_psql('postgres', $hot_updates);
+($o, $p) = in_session($s, $index_calls . 'SELECT pg_stat_force_next_flush();');
+is($p, 'claim_job direct, heartbeat direct, heartbeat direct, heartbeat direct, complete_job direct',
+	'with the new indexes, in the same session: direct');
+is($primary->safe_psql('postgres', $hot_updates) - $hot_before, 0,
+	'no HOT update: the heartbeats change an indexed column now');
+like(check_indexes($primary, 'postgres', 1), qr/jobs_lease,jobs_n,/,
+	'amcheck (parent, heapallindexed) on every index of jobcap.jobs, the new ones too');
+my $forced = 'SET enable_seqscan = off; SET enable_bitmapscan = off;';
+my $by_lease = q{
+    SELECT count(*) FROM jobcap.jobs WHERE state = 'running' AND lease_expires_at > now() + interval '2 hours'};
+like($primary->safe_psql('postgres', "$forced EXPLAIN (COSTS OFF) $by_lease"), qr/jobs_lease/, 'jobs_lease is used');
+is($primary->safe_psql('postgres', "$forced $by_lease"), '2',
+	'jobs_lease finds the two running jobs whose lease the heartbeats extended');
+$primary->safe_psql('postgres', q{
+    DROP INDEX jobcap.jobs_n;
+    CREATE INDEX jobs_worker_hash ON jobcap.jobs USING hash (worker);
+});
+($o, $p) = in_session($s, $index_calls);
+is($p, 'claim_job direct, heartbeat direct, heartbeat direct, heartbeat direct, heartbeat direct, complete_job direct',
+	'with a hash index: direct');
+my $by_hash = q{
+    SELECT count(*) FROM jobcap.jobs WHERE worker = 'idx'};
+like($primary->safe_psql('postgres', "$forced EXPLAIN (COSTS OFF) $by_hash"), qr/jobs_worker_hash/, 'the hash index is used');
+is($primary->safe_psql('postgres', "$forced $by_hash"), '6', 'the hash index finds the six jobs the session claimed');
+check_indexes($primary, 'postgres', 1);
+pass('amcheck after the hash index');
+$primary->safe_psql('postgres', 'DROP INDEX jobcap.jobs_worker_hash');
 $s->quit;
 
 # Constraints and stored generated columns are the executor's too (ExecConstraints,
