@@ -72,6 +72,15 @@ sub check_indexes
          WHERE i.indrelid = 'jobcap.jobs'::regclass AND c.relam = (SELECT oid FROM pg_am WHERE amname = 'btree')});
 }
 
+# amcheck's verify_heapam on jobcap.jobs: its problems (HOT chains, xmin/xmax, TOAST), or ''.
+sub check_heap
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, q{
+        SELECT string_agg(blkno || '/' || offnum || ': ' || msg, E'\n')
+          FROM verify_heapam('jobcap.jobs', check_toast => true)});
+}
+
 # One job of queue $q by its place in the queue (0: the first enqueued): "job_id, fence" of it,
 # as a FROM item "j".
 sub nth
@@ -165,6 +174,7 @@ is($node->safe_psql('postgres', "SELECT string_agg(job_id || ' ' || state || ' '
 is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE worker = 'open'"), '0',
 	'nothing of the open transaction is left');
 
+is(check_heap($node, 'postgres'), '', 'verify_heapam finds nothing wrong in jobcap.jobs');
 my $checked = check_indexes($node, 'postgres', 1);
 like($checked, qr/(^|,)jobs_claim,.*jobs_pkey.*jobs_running/, "amcheck (parent, heapallindexed): $checked");
 is($node->safe_psql('postgres', q{
@@ -492,6 +502,7 @@ like($primary->safe_psql('postgres', "$forced EXPLAIN (COSTS OFF) $by_hash"), qr
 is($primary->safe_psql('postgres', "$forced $by_hash"), '6', 'the hash index finds the six jobs the session claimed');
 check_indexes($primary, 'postgres', 1);
 pass('amcheck after the hash index');
+is(check_heap($primary, 'postgres'), '', 'verify_heapam finds nothing wrong in jobcap.jobs');
 $primary->safe_psql('postgres', 'DROP INDEX jobcap.jobs_worker_hash');
 $s->quit;
 
@@ -594,6 +605,7 @@ for my $db ('postgres', 'dec')
 	is(jobs_rows($standby, $db), $rows, "standby, database $db: jobcap.jobs equals the primary's, row by row");
 	like(check_indexes($standby, $db, 0), qr/jobs_claim.*jobs_pkey.*jobs_running/,
 		"standby, database $db: amcheck (heapallindexed) on every index of jobcap.jobs");
+	is(check_heap($standby, $db), '', "standby, database $db: verify_heapam finds nothing wrong in jobcap.jobs");
 	is($standby->safe_psql($db, q{
         SET enable_seqscan = off; SET enable_bitmapscan = off;
         SELECT count(*) FROM jobcap.jobs WHERE state = 'running'}),
