@@ -1,10 +1,15 @@
 # Nothing the executor did goes missing on the direct path (jobcap.hot_path = direct, the
-# default; src/direct/jobs.hpp): its claims, completions and heartbeats survive a crash exactly
-# and an uncommitted one is gone after it, a streaming standby replays them row for row, logical
-# decoding sees the same row changes as for the SQL statements, heartbeats stay HOT and the
-# statistics count what the SQL path counts, and whatever only the executor does (triggers, row
-# security, a transaction snapshot) sends the calls to the SQL path. Indexes are checked with
-# amcheck (heapallindexed) after the crash and on the standby, and WAL is written with
+# default; src/direct/jobs.hpp):
+#  1. its claims, completions and heartbeats survive a crash (pg_ctl stop -m immediate) exactly,
+#     and those of a transaction open at the crash are gone after it;
+#  2. a streaming standby replays them row for row;
+#  3. logical decoding sees the same row changes as for the SQL statements (hot_path = sql);
+#  4. heartbeats stay HOT, and the statistics count what the SQL path counts;
+#  5. whatever only the executor (or the rewriter) does sends the calls to the SQL path or is done
+#     on the direct path too: triggers, row security, a transaction snapshot, CHECK constraints,
+#     stored generated columns, rules, the replica identity check, indexes a DBA adds.
+# amcheck checks every btree index of jobcap.jobs with its heap (heapallindexed) and the heap
+# itself (verify_heapam) after the crash, on the primary and on the standby; WAL is written with
 # wal_consistency_checking, so every replayed page is compared with the one the primary wrote.
 use strict;
 use warnings;
