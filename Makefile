@@ -28,14 +28,15 @@ DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/jobcap--*.sql))
 # test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
           stats stats_scale no_preload privileges hijack hostile_input install hot controls \
-          schedules upgrade holes upgrade_caps release adapters
+          schedules upgrade holes upgrade_caps release adapters direct_path direct_divergence \
+          direct_column_types
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
             assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
             refresh_race stats_late_commit rollback_count_race max_running_race \
             pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
-            release_races notify_retry
+            release_races notify_retry direct_stale_shape
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1

@@ -1,8 +1,9 @@
 -- jobcap 0.1.0 -> 0.2.0. There is no jobcap--0.2.0.sql: CREATE EXTENSION jobcap runs
 -- jobcap--0.1.0.sql and then this script (PostgreSQL follows the update path), so a new install
 -- and an upgraded one get the same schema, and every 0.2.0 change is written once, here.
--- The rules of jobcap--0.1.0.sql hold: every name qualified, every function pins search_path,
--- none is SECURITY DEFINER; new objects get their privileges in the last section.
+-- The rules of jobcap--0.1.0.sql hold: every name qualified, every function pins search_path
+-- (the six of the hot path pin it in C: see "The hot path"), none is SECURITY DEFINER; new
+-- objects get their privileges in the last section.
 \echo Use "ALTER EXTENSION jobcap UPDATE TO '0.2.0'" to load this file. \quit
 
 -- Backups, rolled-back claims, caps.
@@ -367,7 +368,21 @@ AS 'MODULE_PATHNAME', 'jobcap_purge_pending';
 COMMENT ON FUNCTION jobcap.purge_pending(text, integer) IS
     'Deletes up to max_jobs pending jobs of a queue with their history, oldest first; returns how many. Call again until it returns less than max_jobs.';
 
--- The hot path's tables and indexes.
+-- The hot path. claim_job, complete_and_claim, complete_job, complete_jobs, heartbeat and
+-- assert_fence change jobcap.jobs through its indexes and heap, without SQL (the direct path,
+-- src/direct/jobs.hpp; jobcap.hot_path = sql runs their SQL statements instead). A SET clause
+-- would cost each call a GUC nest level, a search_path parse and its undo (about 20,000
+-- instructions, as much as a twentieth of a job) for a path that looks nothing up by name. They
+-- pin search_path in C instead, to the same value, around every SQL statement they run (the
+-- SQL path and every error report: spi_open in src/spi/access.cpp), so no caller's search_path
+-- ever reaches a statement; test/sql/direct_path.sql shows it.
+ALTER FUNCTION jobcap.claim_job(text, text, integer, interval) RESET search_path;
+ALTER FUNCTION jobcap.complete_and_claim(bigint, bigint, text, text, integer, interval, jsonb)
+    RESET search_path;
+ALTER FUNCTION jobcap.complete_job(bigint, bigint, jsonb) RESET search_path;
+ALTER FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[]) RESET search_path;
+ALTER FUNCTION jobcap.heartbeat(bigint, bigint, interval) RESET search_path;
+ALTER FUNCTION jobcap.assert_fence(bigint, bigint) RESET search_path;
 
 -- Smaller holes: intervals added to a time, dead_jobs' payload.
 

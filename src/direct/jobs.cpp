@@ -13,6 +13,7 @@ extern "C" {
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xlog.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
@@ -24,6 +25,7 @@ extern "C" {
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -67,6 +69,12 @@ const char* const kJobColumnNames[kJobColumns] = {
     "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
     "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
     "claimed_at",   "finished_at", "payload", "cap_epoch",        "output"};
+// Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
+// by its labels). A column a DBA changed sends every call to the SQL path.
+const Oid kJobColumnTypes[kJobColumns] = {
+    INT8OID,        TEXTOID,        InvalidOid,  INT4OID,        TIMESTAMPTZOID, INT4OID,
+    INT4OID,        INT8OID,        INTERVALOID, TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
+    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -78,6 +86,8 @@ enum QueueColumn {
 };
 const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
                                                       "paused", "max_running",  "cap_epoch"};
+const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID,
+                                              BOOLOID, INT4OID, INT8OID};
 
 // What the direct path knows of the installed tables. Learned on first use and forgotten when
 // the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
@@ -148,14 +158,14 @@ void learn_indexes(Relation jobs)
         IndexInfo* info = BuildIndexInfo(index);
         if (info->ii_Predicate != NIL)
             info->ii_PredicateState =
-                ExecInitQual(reinterpret_cast<List*>(expression_planner(
-                                 reinterpret_cast<Expr*>(info->ii_Predicate))),
+                ExecInitQual(reinterpret_cast<List*>(
+                                 expression_planner(reinterpret_cast<Expr*>(info->ii_Predicate))),
                              nullptr);
         ListCell* e;
         foreach (e, info->ii_Expressions)
-            info->ii_ExpressionsState = lappend(
-                info->ii_ExpressionsState,
-                ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
+            info->ii_ExpressionsState =
+                lappend(info->ii_ExpressionsState,
+                        ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
                  info->ii_ExclusionOps == nullptr;
@@ -170,14 +180,29 @@ void learn_indexes(Relation jobs)
     indexes.valid = invalidations == seen;
 }
 
-AttrNumber column(TupleDesc desc, const char* name)
+AttrNumber column(TupleDesc desc, const char* name, Oid type)
 {
     for (int i = 0; i < desc->natts; ++i) {
         Form_pg_attribute a = TupleDescAttr(desc, i);
         if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
-            return static_cast<AttrNumber>(i + 1);
+            return type == InvalidOid || a->atttypid == type ? static_cast<AttrNumber>(i + 1)
+                                                             : InvalidAttrNumber;
     }
     return InvalidAttrNumber;
+}
+
+// Whether the executor would do more for an UPDATE of rel than the direct path does: fire
+// triggers, apply row security or rules, check constraints, compute generated columns. The
+// direct path writes NULL only into lease_expires_at and output: NOT NULL there would be a check.
+bool executor_needed(Relation rel, const AttrNumber* job)
+{
+    TupleDesc desc = RelationGetDescr(rel);
+    TupleConstr* constr = desc->constr;
+    return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
+           rel->rd_rel->relkind != RELKIND_RELATION ||
+           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored)) ||
+           TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
+           TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
 
 // Whether index idx is on table rel with exactly these leading key columns.
@@ -187,9 +212,14 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys)
     if (!HeapTupleIsValid(t))
         return false;
     Form_pg_index index = reinterpret_cast<Form_pg_index>(GETSTRUCT(t));
-    bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid;
+    bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid &&
+              index->indisready && !index->indcheckxmin;
+    bool isnull = false;
+    Datum options = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indoption, &isnull);
+    int2vector* option = isnull ? nullptr : reinterpret_cast<int2vector*>(DatumGetPointer(options));
     for (int i = 0; ok && i < nkeys; ++i)
-        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i];
+        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i] &&
+             (option == nullptr || option->values[i] == 0);  // ascending, nulls last
     ReleaseSysCache(t);
     if (ok) {
         t = SearchSysCache1(RELOID, ObjectIdGetDatum(idx));
@@ -231,12 +261,10 @@ bool learn_shape()
     Relation jobs = table_open(s.jobs, AccessShareLock);
     TupleDesc desc = RelationGetDescr(jobs);
     for (int c = 0; c < kJobColumns; ++c) {
-        s.job[c] = column(desc, kJobColumnNames[c]);
+        s.job[c] = column(desc, kJobColumnNames[c], kJobColumnTypes[c]);
         s.direct = s.direct && s.job[c] != InvalidAttrNumber;
     }
-    // Only the executor fires triggers and applies row security: with either, the SQL path.
-    s.direct = s.direct && jobs->trigdesc == nullptr && !jobs->rd_rel->relrowsecurity &&
-               jobs->rd_rel->relkind == RELKIND_RELATION;
+    s.direct = s.direct && !executor_needed(jobs, s.job);
     if (s.direct) {
         Oid type = TupleDescAttr(desc, s.job[kState] - 1)->atttypid;
         s.pending = state_value(type, "pending");
@@ -248,13 +276,13 @@ bool learn_shape()
 
     Relation queues = table_open(s.queues, AccessShareLock);
     for (int c = 0; c < kQueueColumns; ++c) {
-        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c]);
+        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
         s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
     }
     table_close(queues, AccessShareLock);
     Relation grants = table_open(s.grants, AccessShareLock);
-    s.grant_queue = column(RelationGetDescr(grants), "queue");
-    s.grant_grantee = column(RelationGetDescr(grants), "grantee");
+    s.grant_queue = column(RelationGetDescr(grants), "queue", TEXTOID);
+    s.grant_grantee = column(RelationGetDescr(grants), "grantee", TEXTOID);
     table_close(grants, AccessShareLock);
 
     if (s.direct) {
@@ -262,10 +290,11 @@ bool learn_shape()
         AttrNumber claim[4] = {s.job[kQueue], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
-        s.direct =
-            index_on(s.jobs_pkey, s.jobs, pkey, 1) && index_on(s.jobs_claim, s.jobs, claim, 4) &&
-            index_on(s.queues_pkey, s.queues, qkey, 1) &&
-            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
+        s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
+                   index_on(s.jobs_claim, s.jobs, claim, 4) &&
+                   index_on(s.queues_pkey, s.queues, qkey, 1) &&
+                   index_on(s.grants_pkey, s.grants, gkey, 1) &&
+                   s.grant_grantee != InvalidAttrNumber;
     }
     s.known = true;
     shape = s;
@@ -427,7 +456,7 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
     Relation index = index_open(shape.grants_pkey, AccessShareLock);
     ScanKeyData key;
     text_key(&key, index, 1, queue);
-    index_close(index, AccessShareLock);
+    index_close(index, NoLock);
     key.sk_attno = shape.grant_queue;  // systable_beginscan maps table columns to the index's
     SysScanDesc scan = systable_beginscan(grants, shape.grants_pkey, true, snapshot, 1, &key);
     bool may = false;
@@ -440,7 +469,7 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
         may = OidIsValid(role) && has_privs_of_role(access.caller, role);
     }
     systable_endscan(scan);
-    table_close(grants, AccessShareLock);
+    table_close(grants, NoLock);  // as a statement's locks: held to the end of the transaction
     return may;
 }
 
@@ -518,22 +547,38 @@ bool usable(const char* function)
         why = "jobcap.hot_path is sql";
     } else if (IsolationUsesXactSnapshot()) {
         why = "the transaction is REPEATABLE READ or SERIALIZABLE";
+    } else if (XactReadOnly || RecoveryInProgress()) {
+        why = "the transaction is read-only";  // the SQL path raises what UPDATE raises
     } else {
         if (!callback_registered) {
             CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
             callback_registered = true;
         }
-        // An invalidation arriving while the shape is learned (opening a table accepts them)
-        // means what was learned may be stale: learn again.
-        for (int tries = 0; !shape.known && tries < 3; ++tries) {
-            uint64 seen = invalidations;
-            if (!learn_shape())
+        // The shape is trusted only under the table's lock, taken as UPDATE takes it: locking
+        // accepts the invalidations of every change committed before it (a trigger created
+        // since this transaction began), and no change to the table commits before this
+        // transaction ends. An invalidation arriving while the shape is learned (opening a table
+        // accepts them too) means what was learned may be stale: learn again.
+        for (int tries = 0; tries < 3; ++tries) {
+            if (!shape.known) {
+                uint64 seen = invalidations;
+                if (!learn_shape())
+                    break;
+                if (invalidations != seen) {
+                    shape.known = false;
+                    continue;
+                }
+            }
+            if (!shape.direct)
                 break;
-            if (invalidations != seen)
-                shape.known = false;
+            LockRelationOid(shape.jobs, RowExclusiveLock);
+            if (shape.known)
+                break;
         }
         if (!shape.known || !shape.direct)
-            why = "jobcap.jobs has triggers or row security, or is not as jobcap 0.2.0 made it";
+            why =
+                "jobcap.jobs has triggers, rules, row security, constraints or generated "
+                "columns, or is not as jobcap 0.2.0 made it";
     }
     // Tests read these (client_min_messages = debug2) to know which path served a call.
     if (why != nullptr)
@@ -620,10 +665,15 @@ bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bo
                 until = pushed;
             no_expiry = false;
         }
-        set(op, kLeaseExpiresAt, TimestampTzGetDatum(until), no_expiry);
+        // Only a row edited by hand has neither: say so rather than call a current fence stale.
+        if (no_expiry)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("job %lld has no lease to extend", static_cast<long long>(job_id)),
+                     errhint("Give it one with heartbeat's extend argument.")));
+        set(op, kLeaseExpiresAt, TimestampTzGetDatum(until));
         update(op);
         *expires = until;
-        done = !no_expiry;  // a NULL result is not a heartbeat jobcap ever gives
     }
     end(op);
     return done;
@@ -649,7 +699,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     Relation qindex = index_open(shape.queues_pkey, AccessShareLock);
     ScanKeyData qkey;
     text_key(&qkey, qindex, 1, queue);
-    index_close(qindex, AccessShareLock);
+    index_close(qindex, NoLock);
     qkey.sk_attno = shape.queue[kQQueue];
     SysScanDesc qscan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &qkey);
     HeapTuple q = systable_getnext(qscan);
@@ -668,7 +718,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         open = !n1 && !paused && n2 && !n3 && !n4 && !n5;
     }
     systable_endscan(qscan);
-    table_close(queues, AccessShareLock);
+    table_close(queues, NoLock);
     if (!open || !may_work(access, queue, op.snapshot)) {
         end(op);
         elog(DEBUG2,

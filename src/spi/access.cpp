@@ -81,10 +81,20 @@ Access admit(const char* function, Duty duty)
     return a;
 }
 
+constexpr const char* kPinnedSearchPath = "pg_catalog, jobcap, pg_temp";
+
 void spi_open(Access& a)
 {
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "jobcap: SPI_connect failed");
+    // What a SET search_path clause does (fmgr_security_definer), for the functions without one.
+    // An error before spi_close needs nothing here: abort pops the nest level.
+    a.search_path_level = 0;
+    if (strcmp(namespace_search_path, kPinnedSearchPath) != 0) {
+        a.search_path_level = NewGUCNestLevel();
+        (void) set_config_option("search_path", kPinnedSearchPath, PGC_USERSET, PGC_S_SESSION,
+                                 GUC_ACTION_SAVE, true, 0, false);
+    }
     GetUserIdAndSecContext(&a.saved_user, &a.saved_context);
     // Restricted as well: nothing that runs as the owner can leave session state behind.
     SetUserIdAndSecContext(
@@ -94,6 +104,10 @@ void spi_open(Access& a)
 void spi_close(Access& a)
 {
     SetUserIdAndSecContext(a.saved_user, a.saved_context);
+    if (a.search_path_level > 0) {
+        AtEOXact_GUC(true, a.search_path_level);
+        a.search_path_level = 0;
+    }
     if (SPI_finish() != SPI_OK_FINISH)
         elog(ERROR, "jobcap: SPI_finish failed");
 }

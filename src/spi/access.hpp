@@ -37,13 +37,16 @@ struct Access {
     bool privileged;  // superuser or member of the owner: no per-queue check
     Oid saved_user;   // the caller's user and security context while switched
     int saved_context;
+    int search_path_level;  // the GUC nest level spi_open pinned search_path at; 0: none
 };
 
 // Checks that the caller may call a function of this duty at all (42501 otherwise) and
 // returns what spi_open() and the statements need.
 Access admit(const char* function, Duty duty);
 
-// SPI_connect, then run as the owner. spi_close() switches back, then SPI_finish.
+// SPI_connect, then run as the owner with search_path pinned to pg_catalog, jobcap, pg_temp
+// (when the function's own SET clause has not pinned it already: the hot path's functions have
+// none). spi_close() switches back, restores search_path, then SPI_finish.
 void spi_open(Access& access);
 void spi_close(Access& access);
 
