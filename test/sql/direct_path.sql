@@ -67,9 +67,10 @@ SET client_min_messages = debug2;
 SELECT jobcap.complete_job(:c, :fc);
 RESET client_min_messages;
 
--- The hot path's functions have no SET search_path clause (the direct path looks nothing up by
--- name); the SQL they run is pinned in C. A caller's search_path that puts its own nextval
--- before pg_catalog's reaches neither path: fences still come from jobcap.fences.
+-- The hot path's functions (and enqueue's) have no SET search_path clause (the direct path
+-- looks nothing up by name); the SQL they run is pinned in C. A caller's search_path that puts
+-- its own nextval before pg_catalog's reaches neither path: fences still come from
+-- jobcap.fences. Nor does its own text = text, which would find no queue.
 SELECT p.proname, p.proconfig FROM pg_proc p
  WHERE p.pronamespace = 'jobcap'::regnamespace AND p.proconfig IS NULL ORDER BY 1;
 CREATE SCHEMA direct_evil;
@@ -78,6 +79,10 @@ SET search_path = direct_evil, pg_catalog, public;
 SELECT fence > 42 AS real_fence FROM jobcap.claim_job('direct', 'w');
 SET jobcap.hot_path = sql;
 SELECT fence > 42 AS real_fence FROM jobcap.claim_job('direct', 'w');
+CREATE FUNCTION direct_evil.never(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT false';
+CREATE OPERATOR direct_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = direct_evil.never);
+SELECT jobcap.enqueue_job('direct') > 0 AS enqueued;
+SELECT array_length(jobcap.enqueue_jobs('direct', ARRAY['{}'::jsonb, '{}']), 1) AS enqueued;
 SHOW search_path;
 SET jobcap.hot_path = direct;
 RESET search_path;
