@@ -22,7 +22,7 @@ use JobcapTest;
 my $seed = $ENV{JOBCAP_DIFF_SEED} // (time() % 1_000_000);
 my $sequences = $ENV{JOBCAP_DIFF_SEQUENCES} // 40;
 my $ops_per_sequence = $ENV{JOBCAP_DIFF_OPS} // 120;
-note("differential: seed $seed (JOBCAP_DIFF_SEED=$seed reproduces this run)");
+diag("differential: seed $seed (JOBCAP_DIFF_SEED=$seed reproduces this run)");
 srand($seed);
 
 # jobcap.database stays "postgres": no reaper serves "ref" or "dut", so nothing but the
@@ -680,7 +680,7 @@ SEQUENCE: for my $n (0 .. $sequences)
 
 ok(!defined $failure, 'the direct path and the SQL path give the same outcomes and states')
   or diag("seed $seed: $failure");
-note("differential: $sequences_run sequences, $compared operations compared, "
+diag("differential: $sequences_run sequences, $compared operations compared, "
 	  . ($failure ? 'a difference found' : 'all states equal'));
 
 note("extra indexes: " . join(', ', map { "$_ $extra_used{$_}" } sort keys %extra_used));
