@@ -48,6 +48,24 @@ inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* sl
 }
 #endif
 
+// expression_tree_walker's callback: an unprototyped function pointer before PostgreSQL 16
+// (C++ needs the cast), a typed one (tree_walker_callback, cast by the macro) since.
+#if PG_VERSION_NUM >= 160000
+#define JOBCAP_TREE_WALKER(fn) (fn)
+#else
+#define JOBCAP_TREE_WALKER(fn) reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)(void)>(fn))
+#endif
+
+// PostgreSQL 18 has virtual generated columns (whose NOT NULL the executor checks on write).
+inline bool jobcap_has_generated_virtual([[maybe_unused]] const TupleConstr* constr)
+{
+#if PG_VERSION_NUM >= 180000
+    return constr->has_generated_virtual;
+#else
+    return false;
+#endif
+}
+
 // PostgreSQL 18 gave index_beginscan an instrumentation argument (NULL: none).
 inline IndexScanDesc jobcap_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
                                             int nkeys, int norderbys)

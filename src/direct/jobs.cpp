@@ -21,10 +21,13 @@ extern "C" {
 #include "catalog/pg_collation_d.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
+#include "access/transam.h"
 #include "nodes/execnodes.h"
-#include "optimizer/optimizer.h"
+#include "nodes/nodeFuncs.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
@@ -156,19 +159,14 @@ void learn_indexes(Relation jobs)
         Relation index = index_open(lfirst_oid(lc), AccessShareLock);
         MemoryContext caller = MemoryContextSwitchTo(index_context);
         IndexInfo* info = BuildIndexInfo(index);
+        // Only plain predicates of built-in operators get here (plain_index in learn_shape):
+        // compiled as the relcache keeps them (constants folded, operator functions set), with
+        // nothing that caches per query (no hashed ScalarArrayOpExpr: that is the planner's).
         if (info->ii_Predicate != NIL)
-            info->ii_PredicateState =
-                ExecInitQual(reinterpret_cast<List*>(
-                                 expression_planner(reinterpret_cast<Expr*>(info->ii_Predicate))),
-                             nullptr);
-        ListCell* e;
-        foreach (e, info->ii_Expressions)
-            info->ii_ExpressionsState =
-                lappend(info->ii_ExpressionsState,
-                        ExecInitExpr(expression_planner(static_cast<Expr*>(lfirst(e))), nullptr));
+            info->ii_PredicateState = ExecInitQual(info->ii_Predicate, nullptr);
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
-                 info->ii_ExclusionOps == nullptr;
+                 info->ii_ExclusionOps == nullptr && info->ii_Expressions == NIL;
         indexes.oids[indexes.count] = RelationGetRelid(index);
         indexes.infos[indexes.count++] = info;
         index_close(index, AccessShareLock);
@@ -200,7 +198,8 @@ bool executor_needed(Relation rel, const AttrNumber* job)
     TupleConstr* constr = desc->constr;
     return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
            rel->rd_rel->relkind != RELKIND_RELATION ||
-           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored)) ||
+           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
+                                  jobcap_has_generated_virtual(constr))) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
            TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
@@ -237,6 +236,66 @@ Oid state_value(Oid type, const char* label)
                            CStringGetDatum(label));
 }
 
+// Whether node (a stored index predicate) uses only built-in operators whose functions are
+// written in C (no SQL or PL function, nothing resolved by name, nothing run as the caller but
+// PostgreSQL's own code), in the node kinds a partial index's predicate is made of. Returns true
+// at the first node that is not (an expression_tree_walker callback).
+bool not_plain(Node* node, void*)
+{
+    if (node == nullptr)
+        return false;
+    switch (nodeTag(node)) {
+    case T_Var:
+    case T_Const:
+    case T_BoolExpr:
+    case T_NullTest:
+    case T_BooleanTest:
+    case T_RelabelType:
+    case T_List:
+        break;
+    case T_OpExpr:
+    case T_ScalarArrayOpExpr: {
+        Oid opno = IsA(node, OpExpr) ? castNode(OpExpr, node)->opno
+                                     : castNode(ScalarArrayOpExpr, node)->opno;
+        Oid fn = get_opcode(opno);
+        if (opno >= FirstNormalObjectId || fn >= FirstNormalObjectId || !OidIsValid(fn))
+            return true;
+        HeapTuple t = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+        bool internal = HeapTupleIsValid(t) &&
+                        reinterpret_cast<Form_pg_proc>(GETSTRUCT(t))->prolang == INTERNALlanguageId;
+        if (HeapTupleIsValid(t))
+            ReleaseSysCache(t);
+        if (!internal)
+            return true;
+        break;
+    }
+    default:
+        return true;
+    }
+    return expression_tree_walker(node, JOBCAP_TREE_WALKER(not_plain), nullptr);
+}
+
+// Whether index (of jobs) is one the direct path may write: no expressions, and a predicate, if
+// any, of plain nodes only. Read from pg_index's stored trees, not through the relcache (which
+// would fold the predicate and inline SQL functions under the caller's search_path). Anything
+// else (an index on a function, a predicate calling one) sends every call to the SQL path,
+// whose statements evaluate it as the tables' owner under the pinned search_path.
+bool plain_index(Relation index)
+{
+    bool isnull = false;
+    SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indexprs, &isnull);
+    if (!isnull)
+        return false;
+    Datum pred = SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indpred, &isnull);
+    if (isnull)
+        return true;
+    char* stored = TextDatumGetCString(pred);
+    Node* tree = static_cast<Node*>(stringToNode(stored));
+    bool plain = !not_plain(tree, nullptr);
+    pfree(stored);
+    return plain;
+}
+
 // Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
 bool learn_shape()
 {
@@ -265,6 +324,27 @@ bool learn_shape()
         s.direct = s.direct && s.job[c] != InvalidAttrNumber;
     }
     s.direct = s.direct && !executor_needed(jobs, s.job);
+    // Columns read as never NULL must be NOT NULL; none may carry a typmod (the direct path
+    // stores values as they come, where the executor would coerce them) or compare under a
+    // collation other than the database's (the SQL statements would use it).
+    const JobColumn never_null[] = {kJobId, kQueue, kState, kRunAt, kAttempts, kFence, kPayload};
+    for (JobColumn c : never_null)
+        s.direct = s.direct && TupleDescAttr(desc, s.job[c] - 1)->attnotnull;
+    for (int c = 0; s.direct && c < kJobColumns; ++c) {
+        Form_pg_attribute a = TupleDescAttr(desc, s.job[c] - 1);
+        s.direct = a->atttypmod == -1 &&
+                   (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+    }
+    if (s.direct) {
+        List* oids = RelationGetIndexList(jobs);
+        ListCell* lc;
+        foreach (lc, oids) {
+            Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+            s.direct = s.direct && plain_index(index);
+            index_close(index, AccessShareLock);
+        }
+        list_free(oids);
+    }
     if (s.direct) {
         Oid type = TupleDescAttr(desc, s.job[kState] - 1)->atttypid;
         s.pending = state_value(type, "pending");
@@ -278,6 +358,12 @@ bool learn_shape()
     for (int c = 0; c < kQueueColumns; ++c) {
         s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
         s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
+        if (s.direct) {
+            Form_pg_attribute a = TupleDescAttr(RelationGetDescr(queues), s.queue[c] - 1);
+            // max_running is the one that may be NULL (no limit).
+            s.direct = (a->attnotnull || c == kQMaxRunning) && a->atttypmod == -1 &&
+                       (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+        }
     }
     table_close(queues, AccessShareLock);
     Relation grants = table_open(s.grants, AccessShareLock);
@@ -714,7 +800,8 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         heap_getattr(q, shape.queue[kQMaxRunning], qdesc, &n2);
         queue_cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], qdesc, &n3));
         queue_epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], qdesc, &n4));
-        queue_lease = datumCopy(heap_getattr(q, shape.queue[kQLease], qdesc, &n5), false, 16);
+        Datum lease_value = heap_getattr(q, shape.queue[kQLease], qdesc, &n5);
+        queue_lease = n5 ? (Datum) 0 : datumCopy(lease_value, false, 16);
         open = !n1 && !paused && n2 && !n3 && !n4 && !n5;
     }
     systable_endscan(qscan);

@@ -264,7 +264,7 @@ bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* f
                            Int32GetDatum(j.cap),
                            j.payload,
                            TimestampTzGetDatum(j.lease_expires_at)};
-        bool nulls[6] = {false, false, false, j.no_cap, false, false};
+        bool nulls[6] = {false, false, false, j.no_cap, j.payload == (Datum) 0, false};
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     pfree(jobs);
