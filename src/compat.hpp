@@ -31,6 +31,12 @@ inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* sl
     list_free(ExecInsertIndexTuples(result, slot, estate, true, false, nullptr, NIL,
                                     u == TU_Summarizing));
 }
+// A new row's entries in every index (ExecInsert's call).
+inline void jobcap_insert_index_tuples_new(ResultRelInfo* result, TupleTableSlot* slot,
+                                           EState* estate)
+{
+    list_free(ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL, false));
+}
 #else
 using JobcapUpdateIndexes = bool;
 inline bool jobcap_update_needs_indexes(JobcapUpdateIndexes u)
@@ -45,6 +51,11 @@ inline void jobcap_insert_index_tuples(ResultRelInfo* result, TupleTableSlot* sl
                                        JobcapUpdateIndexes)
 {
     list_free(ExecInsertIndexTuples(result, slot, estate, true, false, nullptr, NIL));
+}
+inline void jobcap_insert_index_tuples_new(ResultRelInfo* result, TupleTableSlot* slot,
+                                           EState* estate)
+{
+    list_free(ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL));
 }
 #endif
 

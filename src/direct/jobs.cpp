@@ -28,6 +28,8 @@ extern "C" {
 #include "access/transam.h"
 #include "nodes/execnodes.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/datum.h"
@@ -66,18 +68,22 @@ enum JobColumn {
     kPayload,
     kCapEpoch,
     kOutput,
+    kDedupeKey,
+    kEnqueuedAt,
     kJobColumns
 };
 const char* const kJobColumnNames[kJobColumns] = {
     "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
     "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
-    "claimed_at",   "finished_at", "payload", "cap_epoch",        "output"};
+    "claimed_at",   "finished_at", "payload", "cap_epoch",        "output", "dedupe_key",
+    "enqueued_at"};
 // Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
 // by its labels). A column a DBA changed sends every call to the SQL path.
 const Oid kJobColumnTypes[kJobColumns] = {
     INT8OID,        TEXTOID,        InvalidOid,  INT4OID,        TIMESTAMPTZOID, INT4OID,
     INT4OID,        INT8OID,        INTERVALOID, TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
-    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID};
+    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID,       TEXTOID,
+    TIMESTAMPTZOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -85,12 +91,13 @@ enum QueueColumn {
     kQPaused,
     kQMaxRunning,
     kQCapEpoch,
+    kQNotify,
     kQueueColumns
 };
-const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
-                                                      "paused", "max_running",  "cap_epoch"};
-const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID,
-                                              BOOLOID, INT4OID, INT8OID};
+const char* const kQueueColumnNames[kQueueColumns] = {
+    "queue", "max_attempts", "lease", "paused", "max_running", "cap_epoch", "notify"};
+const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID, BOOLOID,
+                                              INT4OID, INT8OID, BOOLOID};
 
 // What the direct path knows of the installed tables. Learned on first use and forgotten when
 // the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
@@ -103,8 +110,17 @@ struct Shape {
     AttrNumber queue[kQueueColumns];
     AttrNumber grant_queue, grant_grantee;
     Oid pending, running, succeeded;  // jobs.state's enum values
+    // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
+    // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);
+    // job_id is an identity column whose sequence is identity.
+    bool insertable;
+    Oid identity;
+    int natts;
+    Datum* defaults;
+    bool* default_nulls;
 };
 Shape shape;
+MemoryContext shape_context = nullptr;
 uint64 invalidations = 0;
 bool callback_registered = false;
 
@@ -253,11 +269,13 @@ bool not_plain(Node* node, void*)
     case T_RelabelType:
     case T_List:
         break;
+    case T_FuncExpr:
     case T_OpExpr:
     case T_ScalarArrayOpExpr: {
-        Oid opno = IsA(node, OpExpr) ? castNode(OpExpr, node)->opno
-                                     : castNode(ScalarArrayOpExpr, node)->opno;
-        Oid fn = get_opcode(opno);
+        Oid opno = IsA(node, OpExpr)            ? castNode(OpExpr, node)->opno
+                   : IsA(node, ScalarArrayOpExpr) ? castNode(ScalarArrayOpExpr, node)->opno
+                                                  : InvalidOid;
+        Oid fn = IsA(node, FuncExpr) ? castNode(FuncExpr, node)->funcid : get_opcode(opno);
         if (opno >= FirstNormalObjectId || fn >= FirstNormalObjectId || !OidIsValid(fn))
             return true;
         HeapTuple t = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
@@ -296,10 +314,78 @@ bool plain_index(Relation index)
     return plain;
 }
 
+// Whether a column written by enqueue may hold value (NULL: none) as its type and constraints
+// stand: only NOT NULL is checked (CHECK constraints send every call to the SQL path).
+bool may_hold(Form_pg_attribute a, bool isnull)
+{
+    return !isnull || !a->attnotnull;
+}
+
+// For enqueueing: the values the SQL path's INSERT gives the columns it does not list, as its
+// rewriter and planner would (build_column_default, constants folded), kept in shape_context.
+// The enqueue functions list queue, payload, run_at, priority, max_attempts and enqueued_at
+// (and dedupe_key, for enqueue_job). job_id must be an identity column. Any other default
+// must fold to a constant from built-in functions only (a DBA's DEFAULT now() or a function of
+// their own sends enqueues to the SQL path); a column left NULL must be nullable.
+bool learn_defaults(Relation jobs, Shape& s)
+{
+    TupleDesc desc = RelationGetDescr(jobs);
+    if (TupleDescAttr(desc, s.job[kJobId] - 1)->attidentity == '\0')
+        return false;
+    Node* identity = build_column_default(jobs, s.job[kJobId]);
+    if (identity == nullptr || !IsA(identity, NextValueExpr))
+        return false;
+    s.identity = castNode(NextValueExpr, identity)->seqid;
+
+    const JobColumn listed[] = {kJobId,      kQueue,    kPayload,   kRunAt,
+                                kPriority,   kMaxAttempts, kEnqueuedAt, kDedupeKey};
+    s.natts = desc->natts;
+    s.defaults = static_cast<Datum*>(MemoryContextAllocZero(shape_context, sizeof(Datum) * s.natts));
+    s.default_nulls = static_cast<bool*>(MemoryContextAllocZero(shape_context, sizeof(bool) * s.natts));
+    for (int i = 0; i < s.natts; ++i) {
+        Form_pg_attribute a = TupleDescAttr(desc, i);
+        s.default_nulls[i] = true;
+        if (a->attisdropped)
+            continue;
+        bool is_listed = false;
+        for (JobColumn c : listed)
+            is_listed = is_listed || (s.job[c] == i + 1 && c != kDedupeKey);
+        if (is_listed)
+            continue;
+        Node* expr = a->atthasdef ? build_column_default(jobs, i + 1) : nullptr;
+        if (expr != nullptr) {
+            if (not_plain(expr, nullptr))
+                return false;
+            expr = eval_const_expressions(nullptr, expr);
+            if (!IsA(expr, Const))
+                return false;
+            Const* value = castNode(Const, expr);
+            s.default_nulls[i] = value->constisnull;
+            if (!value->constisnull) {
+                MemoryContext caller = MemoryContextSwitchTo(shape_context);
+                s.defaults[i] = datumCopy(value->constvalue, a->attbyval, a->attlen);
+                MemoryContextSwitchTo(caller);
+            }
+        }
+        if (!may_hold(a, s.default_nulls[i]))
+            return false;
+    }
+    // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
+    return may_hold(TupleDescAttr(desc, s.job[kDedupeKey] - 1), true) &&
+           may_hold(TupleDescAttr(desc, s.job[kMaxAttempts] - 1), true);
+}
+
 // Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
 bool learn_shape()
 {
     Shape s = {};
+    if (shape_context == nullptr)
+        shape_context = AllocSetContextCreate(CacheMemoryContext, "jobcap direct path shape",
+                                              ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(shape_context);
+    shape.defaults = nullptr;  // in shape_context
+    shape.default_nulls = nullptr;
     Oid nsp = get_namespace_oid("jobcap", true);
     if (!OidIsValid(nsp))
         return false;
@@ -352,6 +438,7 @@ bool learn_shape()
         s.succeeded = state_value(type, "succeeded");
         s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded);
     }
+    s.insertable = s.direct && learn_defaults(jobs, s);
     table_close(jobs, AccessShareLock);
 
     Relation queues = table_open(s.queues, AccessShareLock);
@@ -482,28 +569,29 @@ Relation open_index(Op& op, Oid index)
     elog(ERROR, "jobcap: index %u of jobcap.jobs is not open", index);
 }
 
-// ExecInsertIndexTuples for the cached indexes: the new version (op.next) goes into each index
-// whose predicate it passes. An index none of whose columns the update replaced is hinted as
-// unchanged (bottom-up deletion of the old version's duplicates, as the executor hints).
-void insert_index_entries(Op& op)
+// ExecInsertIndexTuples for the cached indexes: the new version (slot) goes into each index
+// whose predicate it passes. After an update, an index none of whose columns it replaced is
+// hinted as unchanged (bottom-up deletion of the old version's duplicates, as the executor
+// hints); a new row's entries never are.
+void insert_index_entries(Op& op, TupleTableSlot* slot, bool update)
 {
     ExprContext* econtext = GetPerTupleExprContext(op.estate);
-    econtext->ecxt_scantuple = op.next;
+    econtext->ecxt_scantuple = slot;
     for (int i = 0; i < indexes.count; ++i) {
         IndexInfo* info = indexes.infos[i];
         if (!info->ii_ReadyForInserts)
             continue;
         if (info->ii_Predicate != NIL && !ExecQual(info->ii_PredicateState, econtext))
             continue;
-        bool unchanged = info->ii_Expressions == NIL;
+        bool unchanged = update && info->ii_Expressions == NIL;
         for (int k = 0; unchanged && k < info->ii_NumIndexAttrs; ++k) {
             AttrNumber a = info->ii_IndexAttrNumbers[k];
             unchanged = a > 0 && !op.replace[a - 1];
         }
         Datum values[INDEX_MAX_KEYS];
         bool isnull[INDEX_MAX_KEYS];
-        FormIndexDatum(info, op.next, op.estate, values, isnull);
-        index_insert(cached_index(op, i), values, isnull, &op.next->tts_tid, op.rel,
+        FormIndexDatum(info, slot, op.estate, values, isnull);
+        index_insert(cached_index(op, i), values, isnull, &slot->tts_tid, op.rel,
                      info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, unchanged, info);
     }
     ResetExprContext(econtext);
@@ -557,6 +645,48 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
     systable_endscan(scan);
     table_close(grants, NoLock);  // as a statement's locks: held to the end of the transaction
     return may;
+}
+
+// A queue's row as the statements read it (in op's snapshot).
+struct QueueRow {
+    bool paused;
+    bool limited;  // max_running set
+    int32 cap;
+    int64 epoch;
+    Datum lease;  // copied
+    bool notify;
+};
+
+// Reads queue's row: false when there is none (or it has a NULL where the table says NOT NULL:
+// a row the direct path does not interpret; the SQL path then decides).
+bool read_queue(Op& op, Datum queue, QueueRow* row)
+{
+    Relation queues = table_open(shape.queues, AccessShareLock);
+    Relation index = index_open(shape.queues_pkey, AccessShareLock);
+    ScanKeyData key;
+    text_key(&key, index, 1, queue);
+    index_close(index, NoLock);
+    key.sk_attno = shape.queue[kQQueue];
+    SysScanDesc scan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &key);
+    HeapTuple q = systable_getnext(scan);
+    bool found = HeapTupleIsValid(q);
+    *row = QueueRow{};
+    if (found) {
+        TupleDesc desc = RelationGetDescr(queues);
+        bool n[6] = {};
+        row->paused = DatumGetBool(heap_getattr(q, shape.queue[kQPaused], desc, &n[0]));
+        heap_getattr(q, shape.queue[kQMaxRunning], desc, &row->limited);
+        row->limited = !row->limited;
+        row->cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], desc, &n[1]));
+        row->epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], desc, &n[2]));
+        Datum lease = heap_getattr(q, shape.queue[kQLease], desc, &n[3]);
+        row->lease = n[3] ? (Datum) 0 : datumCopy(lease, false, 16);
+        row->notify = DatumGetBool(heap_getattr(q, shape.queue[kQNotify], desc, &n[4]));
+        found = !n[0] && !n[1] && !n[2] && !n[3] && !n[4];
+    }
+    systable_endscan(scan);
+    table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction
+    return found;
 }
 
 // Finds job_id's version visible to the snapshot (through the primary key), checks that it is
@@ -617,7 +747,7 @@ void update(Op& op)
     // Not HOT: entries for the new version. (With only btrees cached there is no summarizing
     // index: "summarizing only" would insert nothing.)
     if (op.opened != nullptr && jobcap_update_needs_all_indexes(how))
-        insert_index_entries(op);
+        insert_index_entries(op, op.next, true);
     else if (op.opened == nullptr && jobcap_update_needs_indexes(how) &&
              op.result->ri_NumIndices > 0)
         jobcap_insert_index_tuples(op.result, op.next, op.estate, how);
@@ -626,7 +756,7 @@ void update(Op& op)
 
 }  // namespace
 
-bool usable(const char* function)
+bool usable(const char* function, bool insert)
 {
     const char* why = nullptr;
     if (guc_hot_path != kHotPathDirect) {
@@ -665,6 +795,9 @@ bool usable(const char* function)
             why =
                 "jobcap.jobs has triggers, rules, row security, constraints or generated "
                 "columns, or is not as jobcap 0.2.0 made it";
+        else if (insert && !shape.insertable)
+            why = "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
+                  "where an enqueue leaves it NULL";
     }
     // Tests read these (client_min_messages = debug2) to know which path served a call.
     if (why != nullptr)
@@ -781,31 +914,11 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     begin(op);
 
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
-    Relation queues = table_open(shape.queues, AccessShareLock);
-    Relation qindex = index_open(shape.queues_pkey, AccessShareLock);
-    ScanKeyData qkey;
-    text_key(&qkey, qindex, 1, queue);
-    index_close(qindex, NoLock);
-    qkey.sk_attno = shape.queue[kQQueue];
-    SysScanDesc qscan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &qkey);
-    HeapTuple q = systable_getnext(qscan);
-    bool open = HeapTupleIsValid(q);
-    int32 queue_cap = 0;
-    int64 queue_epoch = 0;
-    Datum queue_lease = (Datum) 0;
-    if (open) {
-        TupleDesc qdesc = RelationGetDescr(queues);
-        bool n1 = false, n2 = false, n3 = false, n4 = false, n5 = false;
-        bool paused = DatumGetBool(heap_getattr(q, shape.queue[kQPaused], qdesc, &n1));
-        heap_getattr(q, shape.queue[kQMaxRunning], qdesc, &n2);
-        queue_cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], qdesc, &n3));
-        queue_epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], qdesc, &n4));
-        Datum lease_value = heap_getattr(q, shape.queue[kQLease], qdesc, &n5);
-        queue_lease = n5 ? (Datum) 0 : datumCopy(lease_value, false, 16);
-        open = !n1 && !paused && n2 && !n3 && !n4 && !n5;
-    }
-    systable_endscan(qscan);
-    table_close(queues, NoLock);
+    QueueRow q;
+    bool open = read_queue(op, queue, &q) && !q.paused && !q.limited;
+    int32 queue_cap = q.cap;
+    int64 queue_epoch = q.epoch;
+    Datum queue_lease = q.lease;
     if (!open || !may_work(access, queue, op.snapshot)) {
         end(op);
         elog(DEBUG2,
@@ -905,6 +1018,80 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     ExecDropSingleTupleTableSlot(seen);
     end(op);
     return claimed;
+}
+
+int enqueue(const Access& access, Datum queue, const Datum* payloads, int n,
+            const EnqueueValues& v, int64* ids, bool* notify)
+{
+    Op op;
+    begin(op);
+    QueueRow q;
+    if (!read_queue(op, queue, &q) || !may_work(access, queue, op.snapshot)) {
+        end(op);
+        elog(DEBUG2, "jobcap: the enqueue goes to the SQL path: the queue is missing or not the "
+                     "caller's");
+        return -1;
+    }
+    *notify = q.notify;
+    CheckCmdReplicaIdentity(op.rel, CMD_INSERT);
+
+    // Every column as the SQL path's INSERT sets it: listed ones from the call, the rest their
+    // (constant) defaults.
+    TupleDesc desc = RelationGetDescr(op.rel);
+    Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
+    memcpy(values, shape.defaults, sizeof(Datum) * desc->natts);
+    memcpy(nulls, shape.default_nulls, sizeof(bool) * desc->natts);
+    auto put = [&](JobColumn c, Datum value, bool isnull) {
+        values[shape.job[c] - 1] = value;
+        nulls[shape.job[c] - 1] = isnull;
+    };
+    put(kQueue, queue, false);
+    put(kRunAt, TimestampTzGetDatum(v.run_at), false);
+    put(kPriority, Int32GetDatum(v.priority), false);
+    put(kMaxAttempts, Int32GetDatum(v.max_attempts), v.no_max_attempts);
+    put(kEnqueuedAt, TimestampTzGetDatum(v.now), false);
+    if (v.lists_dedupe_key)
+        put(kDedupeKey, (Datum) 0, true);
+
+    // In chunks, as COPY FROM buffers its rows: one heap_multi_insert per chunk (one WAL record
+    // per page instead of one per row), then each row's index entries, in payload order.
+    constexpr int kChunk = 1000;
+    int chunk = Min(n, kChunk);
+    TupleTableSlot** slots = static_cast<TupleTableSlot**>(palloc(sizeof(TupleTableSlot*) * Max(chunk, 1)));
+    for (int i = 0; i < chunk; ++i)
+        slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+    MemoryContext rows = AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows",
+                                               ALLOCSET_DEFAULT_SIZES);
+    for (int first = 0; first < n; first += chunk) {
+        int count = Min(chunk, n - first);
+        MemoryContext caller = MemoryContextSwitchTo(rows);
+        for (int i = 0; i < count; ++i) {
+            int64 id = nextval_internal(shape.identity, false);
+            ids[first + i] = id;
+            put(kJobId, Int64GetDatum(id), false);
+            put(kPayload, payloads[first + i], false);
+            ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
+        }
+        table_multi_insert(op.rel, slots, count, op.cid, 0, nullptr);
+        MemoryContextSwitchTo(caller);
+        for (int i = 0; i < count; ++i) {
+            if (op.opened != nullptr)
+                insert_index_entries(op, slots[i], false);
+            else if (op.result->ri_NumIndices > 0)
+                jobcap_insert_index_tuples_new(op.result, slots[i], op.estate);
+            ExecClearTuple(slots[i]);
+        }
+        MemoryContextReset(rows);
+    }
+    MemoryContextDelete(rows);
+    for (int i = 0; i < chunk; ++i)
+        ExecDropSingleTupleTableSlot(slots[i]);
+    pfree(slots);
+    pfree(values);
+    pfree(nulls);
+    end(op);
+    return n;
 }
 
 }  // namespace jobcap::direct

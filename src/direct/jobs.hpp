@@ -25,7 +25,9 @@ namespace jobcap::direct {
 // Whether this call of function may take the direct path (see above); says which at DEBUG2.
 // Cheap after the first call of a session: the tables' shape is cached and forgotten when the
 // relcache entry of one of them is invalidated.
-bool usable(const char* function);
+// insert: for enqueue_job and enqueue_jobs, which also need every column the SQL path's INSERT
+// leaves to its default to have a constant one.
+bool usable(const char* function, bool insert = false);
 
 // The fenced calls. Each returns false when no current row matched (job_id, fence, running, a
 // queue the caller may work): the caller then raises with raise_not_current, as the SQL path.
@@ -66,5 +68,23 @@ struct Claimed {
 // missing, paused, capped, or not the caller's: the SQL path then decides.
 int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
           Datum uncounted, TimestampTz now, Claimed* out);
+
+// What an enqueue gives every job (the SQL path's INSERT lists the same columns).
+struct EnqueueValues {
+    TimestampTz run_at;
+    int32 priority;
+    int32 max_attempts;
+    bool no_max_attempts;   // NULL: the queue's cap
+    bool lists_dedupe_key;  // enqueue_job: dedupe_key NULL (a key goes to the SQL path);
+                            // enqueue_jobs: the column's default
+    TimestampTz now;        // enqueued_at
+};
+
+// Inserts one job per payload (n of them, in this order) into queue, with ids from jobs.job_id's
+// identity sequence in the same order, into ids (room for n); *notify = the queue's notify.
+// Returns n, or -1 without inserting anything when the queue is missing or not the caller's:
+// the SQL path then decides and raises. The caller holds lock_queue_for_insert's lock.
+int enqueue(const Access& access, Datum queue, const Datum* payloads, int n,
+            const EnqueueValues& values, int64* ids, bool* notify);
 
 }  // namespace jobcap::direct

@@ -7,32 +7,39 @@
 #include "spi/plans.hpp"
 #include "spi/queue_lock.hpp"
 #include "spi/statements.hpp"
+#include "direct/jobs.hpp"
 
 namespace jobcap {
 namespace {
 constexpr std::size_t kMaxDedupeKey = 1024;
 constexpr int kMaxEnqueueBatch = 100000;
 
-// Adds run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues.
-void add_schedule(Params& p, FunctionCallInfo fcinfo, int first)
+// run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues; the
+// time of the call is enqueued_at.
+direct::EnqueueValues read_schedule(FunctionCallInfo fcinfo, int first)
 {
-    Datum run_at = arg_required(fcinfo, first, "run_at");
-    if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(run_at)))
+    direct::EnqueueValues v = {};
+    v.run_at = DatumGetTimestampTz(arg_required(fcinfo, first, "run_at"));
+    if (TIMESTAMP_NOT_FINITE(v.run_at))
         ereport(ERROR,
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("run_at must be a finite time")));
-    p.add(run_at).add(arg_required(fcinfo, first + 1, "priority"));
-    int32 cap = 0;
-    bool has_cap = arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &cap);
-    p.add(Int32GetDatum(cap), !has_cap);
+    v.priority = DatumGetInt32(arg_required(fcinfo, first + 1, "priority"));
+    v.no_max_attempts =
+        !arg_count_opt(fcinfo, first + 2, "max_attempts", core::kMaxAttempts, &v.max_attempts);
+    v.now = GetCurrentTimestamp();
+    return v;
+}
+
+void add_schedule(Params& p, const direct::EnqueueValues& v)
+{
+    p.add(TimestampTzGetDatum(v.run_at)).add(Int32GetDatum(v.priority));
+    p.add(Int32GetDatum(v.max_attempts), v.no_max_attempts);
 }
 
 // Every payload of enqueue_jobs within jobcap.max_payload_bytes (array elements are never
 // toasted: their size is what they hold).
-void check_payload_sizes(ArrayType* payloads)
+void check_payload_sizes(const Datum* elems, int count)
 {
-    Datum* elems = nullptr;
-    int count = 0;
-    deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &elems, nullptr, &count);
     for (int i = 0; i < count; ++i) {
         Size size = VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i]));
         if (size > static_cast<Size>(guc_max_payload_bytes))
@@ -110,9 +117,11 @@ using namespace jobcap;
 JOBCAP_FUNCTION(enqueue_job, Duty::worker)
 {
     NameArg queue = arg_queue(fcinfo, 0);
+    Datum payload = arg_payload(fcinfo, 1);
+    direct::EnqueueValues v = read_schedule(fcinfo, 2);
     Params p;
-    p.add(queue.datum).add(arg_payload(fcinfo, 1));
-    add_schedule(p, fcinfo, 2);
+    p.add(queue.datum).add(payload);
+    add_schedule(p, v);
     if (PG_ARGISNULL(5)) {
         p.add((Datum) 0, true);
     } else {
@@ -124,9 +133,20 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
                                    static_cast<int>(kMaxDedupeKey), len)));
         p.add(PointerGetDatum(key));
     }
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    p.add(TimestampTzGetDatum(v.now)).add_caller(access);
 
     lock_queue_for_insert(queue.datum);
+    // A dedupe key needs the SQL statement's ON CONFLICT (speculative insertion).
+    if (PG_ARGISNULL(5) && direct::usable(function, true)) {
+        v.lists_dedupe_key = true;
+        int64 job_id = 0;
+        bool notify = false;
+        if (direct::enqueue(access, queue.datum, &payload, 1, v, &job_id, &notify) == 1) {
+            if (notify)
+                Async_Notify("jobcap", queue.cstr);
+            PG_RETURN_INT64(job_id);
+        }
+    }
     spi_open(access);
     int64 job_id = 0;
     bool notify = false;
@@ -170,13 +190,32 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     if (array_contains_nulls(payloads))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                         errmsg("payloads must not contain nulls")));
-    check_payload_sizes(payloads);
+    Datum* elems = nullptr;
+    int n = 0;
+    deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &elems, nullptr, &n);
+    check_payload_sizes(elems, n);
+    direct::EnqueueValues v = read_schedule(fcinfo, 2);
     Params p;
     p.add(queue.datum).add(payloads_arg);
-    add_schedule(p, fcinfo, 2);
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
+    add_schedule(p, v);
+    p.add(TimestampTzGetDatum(v.now)).add_caller(access);
 
     lock_queue_for_insert(queue.datum);
+    if (direct::usable(function, true)) {
+        int64* ids = static_cast<int64*>(palloc(sizeof(int64) * Max(n, 1)));
+        bool notify = false;
+        if (direct::enqueue(access, queue.datum, elems, n, v, ids, &notify) == n) {
+            if (notify && n > 0)
+                Async_Notify("jobcap", queue.cstr);
+            if (n == 0)
+                PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
+            Datum* boxed = static_cast<Datum*>(palloc(sizeof(Datum) * n));
+            for (int i = 0; i < n; ++i)
+                boxed[i] = Int64GetDatum(ids[i]);
+            PG_RETURN_ARRAYTYPE_P(
+                construct_array(boxed, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+        }
+    }
     spi_open(access);
     if (execute(statements::enqueue_jobs, p, SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);

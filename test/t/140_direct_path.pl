@@ -392,8 +392,22 @@ sub random_op
 	}
 	if ($kind eq 'enqueue')
 	{
-		return ("enqueue_job $q",
-			"SELECT jobcap.enqueue_job('$q', '{\"late\": true}', priority => " . (int(rand(3)) - 1) . ")");
+		# enqueue_job (with or without a dedupe key: a key goes to the SQL path on both) or a
+		# batch of 0 to 4 through enqueue_jobs, due now or later, with or without a cap.
+		my $prio = int(rand(3)) - 1;
+		my $when = pick('now()', "now() - interval '1 minute'", "now() + interval '1 hour'");
+		my $own = rand() < 0.3 ? 1 + int(rand(4)) : 'NULL';
+		if (rand() < 0.5)
+		{
+			my $key = rand() < 0.3 ? "'k" . int(rand(3)) . "'" : 'NULL';
+			return ("enqueue_job $q key $key",
+				"SELECT jobcap.enqueue_job('$q', '{\"late\": true}', run_at => $when, priority => $prio,"
+				  . " max_attempts => $own, dedupe_key => $key)");
+		}
+		my $n = int(rand(5));
+		return ("enqueue_jobs $q x$n",
+			"SELECT jobcap.enqueue_jobs('$q', array_fill('{\"many\": true}'::jsonb, ARRAY[$n]),"
+			  . " run_at => $when, priority => $prio, max_attempts => $own)");
 	}
 	if ($kind eq 'repeatable_read')
 	{
@@ -689,7 +703,8 @@ note("extra indexes: " . join(', ', map { "$_ $extra_used{$_}" } sort keys %extr
 note("outcomes: " . join(', ', map { "$_ $tally{$_}" } sort keys %tally));
 
 # The comparison compared the two paths: dut's hot calls took the direct path, ref's never.
-for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence))
+for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence enqueue_job
+	enqueue_jobs))
 {
 	ok(($served{dut}{$f}{direct} // 0) > 0,
 		"dut: $f took the direct path ($served{dut}{$f}{direct} times)")
