@@ -80,10 +80,9 @@ const char* const kJobColumnNames[kJobColumns] = {
 // Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
 // by its labels). A column a DBA changed sends every call to the SQL path.
 const Oid kJobColumnTypes[kJobColumns] = {
-    INT8OID,        TEXTOID,        InvalidOid,  INT4OID,        TIMESTAMPTZOID, INT4OID,
-    INT4OID,        INT8OID,        INTERVALOID, TIMESTAMPTZOID, TEXTOID,        TIMESTAMPTZOID,
-    TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID,    INT8OID,        JSONBOID,       TEXTOID,
-    TIMESTAMPTZOID};
+    INT8OID,  TEXTOID,     InvalidOid,     INT4OID, TIMESTAMPTZOID, INT4OID,        INT4OID,
+    INT8OID,  INTERVALOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -272,7 +271,7 @@ bool not_plain(Node* node, void*)
     case T_FuncExpr:
     case T_OpExpr:
     case T_ScalarArrayOpExpr: {
-        Oid opno = IsA(node, OpExpr)            ? castNode(OpExpr, node)->opno
+        Oid opno = IsA(node, OpExpr)              ? castNode(OpExpr, node)->opno
                    : IsA(node, ScalarArrayOpExpr) ? castNode(ScalarArrayOpExpr, node)->opno
                                                   : InvalidOid;
         Oid fn = IsA(node, FuncExpr) ? castNode(FuncExpr, node)->funcid : get_opcode(opno);
@@ -337,11 +336,13 @@ bool learn_defaults(Relation jobs, Shape& s)
         return false;
     s.identity = castNode(NextValueExpr, identity)->seqid;
 
-    const JobColumn listed[] = {kJobId,      kQueue,    kPayload,   kRunAt,
-                                kPriority,   kMaxAttempts, kEnqueuedAt, kDedupeKey};
+    const JobColumn listed[] = {kJobId,    kQueue,       kPayload,    kRunAt,
+                                kPriority, kMaxAttempts, kEnqueuedAt, kDedupeKey};
     s.natts = desc->natts;
-    s.defaults = static_cast<Datum*>(MemoryContextAllocZero(shape_context, sizeof(Datum) * s.natts));
-    s.default_nulls = static_cast<bool*>(MemoryContextAllocZero(shape_context, sizeof(bool) * s.natts));
+    s.defaults =
+        static_cast<Datum*>(MemoryContextAllocZero(shape_context, sizeof(Datum) * s.natts));
+    s.default_nulls =
+        static_cast<bool*>(MemoryContextAllocZero(shape_context, sizeof(bool) * s.natts));
     for (int i = 0; i < s.natts; ++i) {
         Form_pg_attribute a = TupleDescAttr(desc, i);
         s.default_nulls[i] = true;
@@ -796,8 +797,9 @@ bool usable(const char* function, bool insert)
                 "jobcap.jobs has triggers, rules, row security, constraints or generated "
                 "columns, or is not as jobcap 0.2.0 made it";
         else if (insert && !shape.insertable)
-            why = "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
-                  "where an enqueue leaves it NULL";
+            why =
+                "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
+                "where an enqueue leaves it NULL";
     }
     // Tests read these (client_min_messages = debug2) to know which path served a call.
     if (why != nullptr)
@@ -1020,16 +1022,17 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     return claimed;
 }
 
-int enqueue(const Access& access, Datum queue, const Datum* payloads, int n,
-            const EnqueueValues& v, int64* ids, bool* notify)
+int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, const EnqueueValues& v,
+            int64* ids, bool* notify)
 {
     Op op;
     begin(op);
     QueueRow q;
     if (!read_queue(op, queue, &q) || !may_work(access, queue, op.snapshot)) {
         end(op);
-        elog(DEBUG2, "jobcap: the enqueue goes to the SQL path: the queue is missing or not the "
-                     "caller's");
+        elog(DEBUG2,
+             "jobcap: the enqueue goes to the SQL path: the queue is missing or not the "
+             "caller's");
         return -1;
     }
     *notify = q.notify;
@@ -1058,11 +1061,12 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n,
     // per page instead of one per row), then each row's index entries, in payload order.
     constexpr int kChunk = 1000;
     int chunk = Min(n, kChunk);
-    TupleTableSlot** slots = static_cast<TupleTableSlot**>(palloc(sizeof(TupleTableSlot*) * Max(chunk, 1)));
+    TupleTableSlot** slots =
+        static_cast<TupleTableSlot**>(palloc(sizeof(TupleTableSlot*) * Max(chunk, 1)));
     for (int i = 0; i < chunk; ++i)
         slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
-    MemoryContext rows = AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows",
-                                               ALLOCSET_DEFAULT_SIZES);
+    MemoryContext rows =
+        AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows", ALLOCSET_DEFAULT_SIZES);
     for (int first = 0; first < n; first += chunk) {
         int count = Min(chunk, n - first);
         MemoryContext caller = MemoryContextSwitchTo(rows);

@@ -212,8 +212,8 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
             Datum* boxed = static_cast<Datum*>(palloc(sizeof(Datum) * n));
             for (int i = 0; i < n; ++i)
                 boxed[i] = Int64GetDatum(ids[i]);
-            PG_RETURN_ARRAYTYPE_P(
-                construct_array(boxed, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+            PG_RETURN_ARRAYTYPE_P(construct_array(boxed, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+                                                  TYPALIGN_DOUBLE));
         }
     }
     spi_open(access);
