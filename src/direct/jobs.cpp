@@ -1230,10 +1230,11 @@ Datum backoff(int32 attempt, Datum base, Datum max)
     return IntervalPGetDatum(delay);
 }
 
-// The history of a failed attempt (JOBCAP_HISTORY_CTES in spi/history.hpp): a row for the job's
-// new version in op.next (unless jobcap.error_history is 0), then the job's history cut to its
-// newest jobcap.error_history rows. The cut reads op's snapshot, which does not see the row
-// added (as the statement's DELETE does not see its INSERT's row).
+// The history of a failed attempt (JOBCAP_HISTORY_CTES in spi/history.hpp): the job's history
+// cut to its newest jobcap.error_history - 1 rows, then a row for the job's new version in
+// op.next (unless jobcap.error_history is 0) — in the order the statement's ModifyTable nodes
+// run its two CTEs (what logical decoding shows), with the same outcome: the statement's DELETE
+// does not see its INSERT's row either.
 void add_history(Op& op, const char* kind, Datum error, bool no_error, TimestampTz at)
 {
     Relation errors = table_open(shape.errors, RowExclusiveLock);
@@ -1242,6 +1243,32 @@ void add_history(Op& op, const char* kind, Datum error, bool no_error, Timestamp
     InitResultRelInfo(result, errors, 0, nullptr, 0);
     ExecOpenIndices(result, false);
     int64 job_id = int8_of(op.next, kJobId);
+    // DELETE ... WHERE job_id = $job AND seq <= (the seq of the job's row at OFFSET
+    // greatest(error_history - 1, 0), newest first): the rows from that position on, newest first.
+    int keep = Max(guc_error_history - 1, 0);
+    Relation index = index_open(shape.errors_by_job, RowExclusiveLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(job_id));
+    IndexScanDesc scan = jobcap_index_beginscan(errors, index, op.snapshot, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    TupleTableSlot* seen = table_slot_create(errors, nullptr);
+    for (int position = 0; index_getnext_slot(scan, BackwardScanDirection, seen); ++position) {
+        if (position < keep)
+            continue;
+        CheckCmdReplicaIdentity(errors, CMD_DELETE);
+        TM_FailureData failure;
+        TM_Result r = table_tuple_delete(errors, &seen->tts_tid, op.cid, op.snapshot,
+                                         InvalidSnapshot, true, &failure, false);
+        // Deleted meanwhile (retention, a requeue's cleanup): the statement's DELETE skips
+        // such a row too. History rows are never updated, so nothing else can happen.
+        if (r != TM_Ok && r != TM_Deleted)
+            elog(ERROR, "jobcap: history row of job %lld changed while pruning it",
+                 static_cast<long long>(job_id));
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(seen);
+    index_close(index, NoLock);
+
     if (guc_error_history > 0) {
         Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
         bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
@@ -1274,32 +1301,6 @@ void add_history(Op& op, const char* kind, Datum error, bool no_error, Timestamp
             jobcap_insert_index_tuples_new(result, slot, op.estate);
         ExecDropSingleTupleTableSlot(slot);
     }
-
-    // DELETE ... WHERE job_id = $job AND seq <= (the seq of the job's row at OFFSET
-    // greatest(error_history - 1, 0), newest first): the rows from that position on, newest first.
-    int keep = Max(guc_error_history - 1, 0);
-    Relation index = index_open(shape.errors_by_job, RowExclusiveLock);
-    ScanKeyData key;
-    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(job_id));
-    IndexScanDesc scan = jobcap_index_beginscan(errors, index, op.snapshot, 1, 0);
-    index_rescan(scan, &key, 1, nullptr, 0);
-    TupleTableSlot* seen = table_slot_create(errors, nullptr);
-    for (int position = 0; index_getnext_slot(scan, BackwardScanDirection, seen); ++position) {
-        if (position < keep)
-            continue;
-        CheckCmdReplicaIdentity(errors, CMD_DELETE);
-        TM_FailureData failure;
-        TM_Result r = table_tuple_delete(errors, &seen->tts_tid, op.cid, op.snapshot,
-                                         InvalidSnapshot, true, &failure, false);
-        // Deleted meanwhile (retention, a requeue's cleanup): the statement's DELETE skips
-        // such a row too. History rows are never updated, so nothing else can happen.
-        if (r != TM_Ok && r != TM_Deleted)
-            elog(ERROR, "jobcap: history row of job %lld changed while pruning it",
-                 static_cast<long long>(job_id));
-    }
-    index_endscan(scan);
-    ExecDropSingleTupleTableSlot(seen);
-    index_close(index, NoLock);
     ExecCloseIndices(result);
     table_close(errors, NoLock);  // as a statement's locks: held to the end of the transaction
 }

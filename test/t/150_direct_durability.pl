@@ -107,6 +107,7 @@ $node->safe_psql('postgres', q{
     SELECT jobcap.create_queue('c', max_attempts => 5, lease => '1 hour',
                                backoff_base => '0', backoff_max => '0');
     SELECT count(jobcap.enqueue_job('c', jsonb_build_object('n', n))) FROM generate_series(1, 12) n;
+    SELECT jobcap.create_queue('c2', max_attempts => 5, lease => '1 hour');
 });
 
 my ($out, $said) = run_direct($node, 'postgres',
@@ -128,6 +129,15 @@ is($said, 'claim_job direct', 'on the direct path');
 is($said, 'complete_job direct, complete_jobs direct, heartbeat direct, complete_and_claim direct, '
 	. 'complete_and_claim direct, assert_fence direct, heartbeat direct',
 	'committed: a completion, a batch completion, heartbeats, complete_and_claim, assert_fence, all direct');
+# Enqueues (a batch: heap_multi_insert) and failures (their history rows) on queue c2.
+(undef, $said) = run_direct($node, 'postgres', q{
+    SELECT cardinality(jobcap.enqueue_jobs('c2', ARRAY['{"m": 1}', '{"m": 2}', '{"m": 3}']::jsonb[]));
+    SELECT count(*) FROM jobcap.claim_job('c2', 'w5', 2);
+    SELECT jobcap.fail_job(j.job_id, j.fence, 'boom', retry_in => '1 hour') FROM } . nth('c2', 0) . q{;
+    SELECT jobcap.crash_job(j.job_id, j.fence, 'oom') FROM } . nth('c2', 1) . q{;
+});
+is($said, 'enqueue_jobs direct, claim_job direct, fail_job direct, crash_job direct',
+	'committed: a batch enqueue, a failure and a crash, all direct');
 $node->safe_psql('postgres', 'CHECKPOINT');
 
 # After the checkpoint: replayed from WAL.
@@ -147,9 +157,14 @@ my $open_said;
     BEGIN;
     SELECT count(*) FROM jobcap.claim_job('c', 'open', 2);
     SELECT jobcap.complete_job(j.job_id, j.fence) FROM } . nth('c', 5) . q{;
-    SELECT jobcap.heartbeat(j.job_id, j.fence, '5 hours') FROM } . nth('c', 6) . q{;});
-is($open_said, 'claim_job direct, complete_job direct, heartbeat direct',
-	'an open transaction claims, completes and heartbeats on the direct path');
+    SELECT jobcap.heartbeat(j.job_id, j.fence, '5 hours') FROM } . nth('c', 6) . q{;
+    SELECT cardinality(jobcap.enqueue_jobs('c2', ARRAY['{"open": 1}', '{"open": 2}']::jsonb[]));
+    SELECT jobcap.enqueue_job('c2', '{"open": 3}') > 0;
+    SELECT count(*) FROM jobcap.claim_job('c2', 'open');
+    SELECT jobcap.fail_job(j.job_id, j.fence, 'open') FROM } . nth('c2', 2) . q{;});
+is($open_said, 'claim_job direct, complete_job direct, heartbeat direct, enqueue_jobs direct, '
+	. 'enqueue_job direct, claim_job direct, fail_job direct',
+	'an open transaction claims, completes, heartbeats, enqueues and fails on the direct path');
 is($node->safe_psql('postgres', "SELECT string_agg(job_id::text, ' ' ORDER BY job_id) FROM jobcap.jobs
                                   WHERE worker = 'open'"), '', 'its claims are not visible to others');
 $node->safe_psql('postgres', 'CHECKPOINT');
@@ -158,6 +173,8 @@ $node->safe_psql('postgres', 'CHECKPOINT');
 is($out, '10', 'a claim committed after it skips the two locked jobs');
 
 my $before = jobs_rows($node, 'postgres');
+my $history = q{SELECT string_agg(e::text, E'\n' ORDER BY seq) FROM jobcap.job_errors e};
+my $history_before = $node->safe_psql('postgres', $history);
 my $max_fence = $node->safe_psql('postgres', 'SELECT max(fence) FROM jobcap.jobs');
 is($node->safe_psql('postgres', "SELECT string_agg(job_id || ' ' || state || ' ' || attempts, ', ' ORDER BY job_id)
                                     FROM jobcap.jobs WHERE job_id IN (6, 7, 8, 9)"),
@@ -179,6 +196,17 @@ is($node->safe_psql('postgres', "SELECT string_agg(job_id || ' ' || state || ' '
 	'8 pending 0 0, 9 pending 0 0', 'the uncommitted claims are gone: pending, attempts and fences as before');
 is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs WHERE worker = 'open'"), '0',
 	'nothing of the open transaction is left');
+is($node->safe_psql('postgres', $history), $history_before,
+	'the committed history survived exactly, the open transaction\'s failure is gone');
+is($node->safe_psql('postgres', "SELECT count(*) || ' ' || count(*) FILTER (WHERE payload ? 'open')
+                                   FROM jobcap.jobs WHERE queue = 'c2'"), '3 0',
+	'the committed batch enqueue is there, the open transaction\'s enqueues are not');
+is($node->safe_psql('postgres', q{
+    SELECT string_agg(c.relname, ',' ORDER BY c.relname)
+      FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid,
+           LATERAL (SELECT bt_index_parent_check(i.indexrelid, true)) x
+     WHERE i.indrelid = 'jobcap.job_errors'::regclass}), 'job_errors_at,job_errors_job,job_errors_pkey',
+	'amcheck (parent, heapallindexed) on the indexes of jobcap.job_errors');
 
 is(check_heap($node, 'postgres'), '', 'verify_heapam finds nothing wrong in jobcap.jobs');
 my $checked = check_indexes($node, 'postgres', 1);
@@ -278,7 +306,7 @@ sub decoded
 	my @lines = split /\n/, $primary->safe_psql('dec', q{
         SELECT data FROM pg_logical_slot_get_changes('dec', NULL, NULL,
                                                      'include-xids', '0', 'skip-empty-xacts', '1')});
-	my (%fences, @out);
+	my (%fences, %seqs, @out);
 	for my $line (@lines)
 	{
 		if ($line !~ /^table (\S+): (\w+): (.*)$/)
@@ -310,6 +338,11 @@ sub decoded
 			{
 				$fences{$value} //= 'F' . (scalar(keys %fences) + 1);
 				$value = $fences{$value};
+			}
+			elsif ($name eq 'seq')    # job_errors' identity, by rank
+			{
+				$seqs{$value} //= 'S' . (scalar(keys %seqs) + 1);
+				$value = $seqs{$value};
 			}
 			push @cols, "$name=$value";
 		}
@@ -349,6 +382,47 @@ is($direct_out, $sql_out, 'both paths returned the same');
 is(scalar(grep { /^jobcap\.jobs UPDATE/ } @$direct_decoded), 16,
 	'the slot decoded 16 updates of jobcap.jobs on the direct path (6 claims, 6 completions, 4 heartbeats)');
 is_deeply($direct_decoded, $sql_decoded, 'logical decoding: the same changes, column by column, on both paths');
+note "decoded on the direct path:\n" . join("\n", @$direct_decoded);
+
+# Enqueues (one, and a batch: heap_multi_insert) and failures (a retry, a crash, a death with
+# the history pruned to jobcap.error_history = 1 row), on queue se (SQL) and de (direct).
+$primary->safe_psql('dec', q{
+    SELECT jobcap.create_queue(q, max_attempts => 2, lease => '1 hour', backoff_base => '0', backoff_max => '0')
+      FROM unnest(ARRAY['se', 'de']) q;
+});
+decoded('se');    # what came before
+sub failures
+{
+	my ($q) = @_;
+	return join("\n",
+		"SELECT cardinality(jobcap.enqueue_jobs('$q', ARRAY['{\"a\": 1}', '{\"a\": 2}', '{\"a\": 3}']::jsonb[]));",
+		"SELECT jobcap.enqueue_job('$q', '{\"b\": 1}', priority => 1) IS NOT NULL;",
+		"SELECT count(*) FROM jobcap.claim_job('$q', 'w', 4);",
+		"SELECT jobcap.fail_job(j.job_id, j.fence, 'boom') FROM " . nth($q, 0) . ";",
+		"SELECT jobcap.crash_job(j.job_id, j.fence, 'oom') FROM " . nth($q, 1) . ";",
+		"SET jobcap.error_history = 1;",
+		"SELECT count(*) FROM jobcap.claim_job('$q', 'w', 2);",
+		"SELECT jobcap.fail_job(j.job_id, j.fence, 'last', retry_in => '1 hour') FROM " . nth($q, 0) . ";",
+		"SELECT jobcap.fail_job(j.job_id, j.fence, NULL, retry_in => '1 hour') FROM " . nth($q, 2) . ";",
+		"RESET jobcap.error_history;");
+}
+($sql_out, $sql_err) = ('', '');
+$primary->psql('dec', "SET jobcap.hot_path = sql; SET client_min_messages = debug2;\n" . failures('se'),
+	stdout => \$sql_out, stderr => \$sql_err, on_error_die => 1);
+$sql_decoded = decoded('se');
+($direct_out, $direct_err) = ('', '');
+$primary->psql('dec', $direct . failures('de'),
+	stdout => \$direct_out, stderr => \$direct_err, on_error_die => 1);
+$direct_decoded = decoded('de');
+is(paths_in($direct_err), 'enqueue_jobs direct, enqueue_job direct, claim_job direct, fail_job direct, '
+	. 'crash_job direct, claim_job direct, fail_job direct, fail_job direct',
+	'hot_path = direct: the enqueues and failures took the direct path');
+is($direct_out, $sql_out, 'both paths returned the same (states: pending, pending, dead, pending)');
+is(scalar(grep { /^jobcap\.jobs INSERT/ } @$direct_decoded) . ' '
+	. scalar(grep { /^jobcap\.job_errors INSERT/ } @$direct_decoded) . ' '
+	. scalar(grep { /^jobcap\.job_errors DELETE/ } @$direct_decoded), '4 4 1',
+	'the slot decoded 4 job inserts, 4 history rows and 1 pruned on the direct path');
+is_deeply($direct_decoded, $sql_decoded, 'logical decoding of enqueues and failures: the same on both paths');
 note "decoded on the direct path:\n" . join("\n", @$direct_decoded);
 
 # 17 updates: 6 claims, 6 completions, 4 heartbeats and the completion that rolled back (n_tup_upd
