@@ -30,7 +30,8 @@ REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch tr
           stats stats_scale no_preload privileges hijack hostile_input install hot controls \
           schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_divergence \
           direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
-          review4_domain_defaults review4_default_fold review4_opclass review4_default_user_code
+          review4_domain_defaults review4_default_fold review4_opclass review4_default_user_code \
+          review4_partition review4_ids_order
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
