@@ -28,7 +28,7 @@ DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/jobcap--*.sql))
 # test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
 REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
           stats stats_scale no_preload privileges hijack hostile_input install hot controls \
-          schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_divergence \
+          schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_fail direct_divergence \
           direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
           review4_domain_defaults review4_default_fold review4_opclass review4_default_user_code \
           review4_partition review4_ids_order

@@ -43,7 +43,10 @@ extern "C" {
 
 #include "direct/jobs.hpp"
 
+#include "core/backoff.hpp"
+#include "core/rules.hpp"
 #include "jobcap.hpp"
+#include "spi/errors.hpp"
 
 namespace jobcap::direct {
 namespace {
@@ -91,12 +94,32 @@ enum QueueColumn {
     kQMaxRunning,
     kQCapEpoch,
     kQNotify,
+    kQBackoffBase,
+    kQBackoffMax,
     kQueueColumns
 };
-const char* const kQueueColumnNames[kQueueColumns] = {
-    "queue", "max_attempts", "lease", "paused", "max_running", "cap_epoch", "notify"};
-const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID, BOOLOID,
-                                              INT4OID, INT8OID, BOOLOID};
+const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
+                                                      "paused", "max_running",  "cap_epoch",
+                                                      "notify", "backoff_base", "backoff_max"};
+const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID, BOOLOID,    INT4OID,
+                                              INT8OID, BOOLOID, INTERVALOID, INTERVALOID};
+// jobcap.job_errors, the history fail_job and crash_job add to (and prune).
+enum ErrorColumn {
+    kESeq,
+    kEJobId,
+    kEQueue,
+    kEAttempt,
+    kEFence,
+    kEKind,
+    kEWorker,
+    kEError,
+    kEAt,
+    kErrorColumns
+};
+const char* const kErrorColumnNames[kErrorColumns] = {"seq",  "job_id", "queue", "attempt", "fence",
+                                                      "kind", "worker", "error", "at"};
+const Oid kErrorColumnTypes[kErrorColumns] = {INT8OID, INT8OID, TEXTOID, INT4OID,       INT8OID,
+                                              TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
 
 // What the direct path knows of the installed tables. Learned on first use and forgotten when
 // the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
@@ -108,7 +131,7 @@ struct Shape {
     AttrNumber job[kJobColumns];
     AttrNumber queue[kQueueColumns];
     AttrNumber grant_queue, grant_grantee;
-    Oid pending, running, succeeded;  // jobs.state's enum values
+    Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);
     // job_id is an identity column whose sequence is identity.
@@ -117,6 +140,14 @@ struct Shape {
     int natts;
     Datum* defaults;
     bool* default_nulls;
+    // Failing (failable): job_errors has no triggers, rules or row security, CHECK constraints
+    // of built-in functions only (the direct path evaluates them as the executor does), seq an
+    // identity column, constant defaults elsewhere, and its index on (job_id, seq).
+    bool failable;
+    Oid errors, errors_by_job, errors_identity;
+    AttrNumber error[kErrorColumns];
+    Datum* error_defaults;
+    bool* error_default_nulls;
 };
 Shape shape;
 MemoryContext shape_context = nullptr;
@@ -143,7 +174,7 @@ MemoryContext index_context = nullptr;
 void forget_shape(Datum, Oid relid)
 {
     bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
-                relid == shape.grants;
+                relid == shape.grants || relid == shape.errors;
     for (int i = 0; !ours && i < indexes.count; ++i)
         ours = relid == indexes.oids[i];
     if (ours) {
@@ -320,40 +351,39 @@ bool may_hold(Form_pg_attribute a, bool isnull)
     return !isnull || !a->attnotnull;
 }
 
-// For enqueueing: the values the SQL path's INSERT gives the columns it does not list, as its
-// rewriter and planner would (build_column_default, constants folded), kept in shape_context.
-// The enqueue functions list queue, payload, run_at, priority, max_attempts and enqueued_at
-// (and dedupe_key, for enqueue_job). job_id must be an identity column. Any other default
-// must fold to a constant from built-in functions only (a DBA's DEFAULT now() or a function of
-// their own sends enqueues to the SQL path); a column left NULL must be nullable.
-bool learn_defaults(Relation jobs, Shape& s)
+// The sequence of rel's identity column col, or InvalidOid when col is not one.
+Oid identity_of(Relation rel, AttrNumber col)
 {
-    TupleDesc desc = RelationGetDescr(jobs);
-    if (TupleDescAttr(desc, s.job[kJobId] - 1)->attidentity == '\0')
-        return false;
-    Node* identity = build_column_default(jobs, s.job[kJobId]);
-    if (identity == nullptr || !IsA(identity, NextValueExpr))
-        return false;
-    s.identity = castNode(NextValueExpr, identity)->seqid;
+    if (TupleDescAttr(RelationGetDescr(rel), col - 1)->attidentity == '\0')
+        return InvalidOid;
+    Node* identity = build_column_default(rel, col);
+    return identity != nullptr && IsA(identity, NextValueExpr)
+               ? castNode(NextValueExpr, identity)->seqid
+               : InvalidOid;
+}
 
-    const JobColumn listed[] = {kJobId,    kQueue,       kPayload,    kRunAt,
-                                kPriority, kMaxAttempts, kEnqueuedAt, kDedupeKey};
-    s.natts = desc->natts;
-    s.defaults =
-        static_cast<Datum*>(MemoryContextAllocZero(shape_context, sizeof(Datum) * s.natts));
-    s.default_nulls =
-        static_cast<bool*>(MemoryContextAllocZero(shape_context, sizeof(bool) * s.natts));
-    for (int i = 0; i < s.natts; ++i) {
+// The values an INSERT into rel gives the columns it does not list (listed: n column numbers),
+// as its rewriter and planner would (build_column_default, constants folded), allocated in
+// shape_context. Each default must fold to a constant of built-in functions only (a DBA's
+// DEFAULT now() or a function of their own sends the call to the SQL path); a column left
+// NULL must be nullable. False otherwise.
+bool learn_defaults(Relation rel, const AttrNumber* listed, int n, Datum** defaults, bool** nulls)
+{
+    TupleDesc desc = RelationGetDescr(rel);
+    *defaults =
+        static_cast<Datum*>(MemoryContextAllocZero(shape_context, sizeof(Datum) * desc->natts));
+    *nulls = static_cast<bool*>(MemoryContextAllocZero(shape_context, sizeof(bool) * desc->natts));
+    for (int i = 0; i < desc->natts; ++i) {
         Form_pg_attribute a = TupleDescAttr(desc, i);
-        s.default_nulls[i] = true;
+        (*nulls)[i] = true;
         if (a->attisdropped)
             continue;
         bool is_listed = false;
-        for (JobColumn c : listed)
-            is_listed = is_listed || (s.job[c] == i + 1 && c != kDedupeKey);
+        for (int k = 0; k < n; ++k)
+            is_listed = is_listed || listed[k] == i + 1;
         if (is_listed)
             continue;
-        Node* expr = a->atthasdef ? build_column_default(jobs, i + 1) : nullptr;
+        Node* expr = a->atthasdef ? build_column_default(rel, i + 1) : nullptr;
         if (expr != nullptr) {
             if (not_plain(expr, nullptr))
                 return false;
@@ -361,19 +391,79 @@ bool learn_defaults(Relation jobs, Shape& s)
             if (!IsA(expr, Const))
                 return false;
             Const* value = castNode(Const, expr);
-            s.default_nulls[i] = value->constisnull;
+            (*nulls)[i] = value->constisnull;
             if (!value->constisnull) {
                 MemoryContext caller = MemoryContextSwitchTo(shape_context);
-                s.defaults[i] = datumCopy(value->constvalue, a->attbyval, a->attlen);
+                (*defaults)[i] = datumCopy(value->constvalue, a->attbyval, a->attlen);
                 MemoryContextSwitchTo(caller);
             }
         }
-        if (!may_hold(a, s.default_nulls[i]))
+        if (!may_hold(a, (*nulls)[i]))
             return false;
     }
+    return true;
+}
+
+// For enqueueing: the INSERT of the SQL path lists queue, payload, run_at, priority,
+// max_attempts and enqueued_at (and dedupe_key, for enqueue_job); job_id must be an identity
+// column.
+bool learn_job_defaults(Relation jobs, Shape& s)
+{
+    s.identity = identity_of(jobs, s.job[kJobId]);
+    if (!OidIsValid(s.identity))
+        return false;
+    const AttrNumber listed[] = {s.job[kJobId],     s.job[kQueue],    s.job[kPayload],
+                                 s.job[kRunAt],     s.job[kPriority], s.job[kMaxAttempts],
+                                 s.job[kEnqueuedAt]};
+    TupleDesc desc = RelationGetDescr(jobs);
     // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
-    return may_hold(TupleDescAttr(desc, s.job[kDedupeKey] - 1), true) &&
+    return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
+           may_hold(TupleDescAttr(desc, s.job[kDedupeKey] - 1), true) &&
            may_hold(TupleDescAttr(desc, s.job[kMaxAttempts] - 1), true);
+}
+
+// For failing: job_errors as the history statements write it (see Shape::failable).
+bool learn_errors(Shape& s)
+{
+    Oid nsp = get_namespace_oid("jobcap", true);
+    s.errors = get_relname_relid("job_errors", nsp);
+    s.errors_by_job = get_relname_relid("job_errors_job", nsp);
+    if (!OidIsValid(s.errors) || !OidIsValid(s.errors_by_job))
+        return false;
+    Relation errors = table_open(s.errors, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(errors);
+    bool ok = errors->trigdesc == nullptr && !errors->rd_rel->relrowsecurity &&
+              errors->rd_rules == nullptr && errors->rd_rel->relkind == RELKIND_RELATION &&
+              (desc->constr == nullptr || (!desc->constr->has_generated_stored &&
+                                           !jobcap_has_generated_virtual(desc->constr)));
+    for (int c = 0; ok && c < kErrorColumns; ++c) {
+        s.error[c] = column(desc, kErrorColumnNames[c], kErrorColumnTypes[c]);
+        ok = s.error[c] != InvalidAttrNumber;
+        if (ok) {
+            Form_pg_attribute a = TupleDescAttr(desc, s.error[c] - 1);
+            ok = a->atttypmod == -1 &&
+                 (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+        }
+    }
+    for (int i = 0; ok && desc->constr != nullptr && i < desc->constr->num_check; ++i)
+        ok = !not_plain(static_cast<Node*>(stringToNode(desc->constr->check[i].ccbin)), nullptr);
+    if (ok) {
+        List* oids = RelationGetIndexList(errors);
+        ListCell* lc;
+        foreach (lc, oids) {
+            Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+            ok = ok && plain_index(index) && index->rd_index->indimmediate;
+            index_close(index, AccessShareLock);
+        }
+        list_free(oids);
+    }
+    AttrNumber by_job[2] = {s.error[kEJobId], s.error[kESeq]};
+    ok = ok && index_on(s.errors_by_job, s.errors, by_job, 2);
+    s.errors_identity = ok ? identity_of(errors, s.error[kESeq]) : InvalidOid;
+    ok = ok && OidIsValid(s.errors_identity) &&
+         learn_defaults(errors, s.error, kErrorColumns, &s.error_defaults, &s.error_default_nulls);
+    table_close(errors, AccessShareLock);
+    return ok;
 }
 
 // Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
@@ -387,6 +477,8 @@ bool learn_shape()
         MemoryContextReset(shape_context);
     shape.defaults = nullptr;  // in shape_context
     shape.default_nulls = nullptr;
+    shape.error_defaults = nullptr;
+    shape.error_default_nulls = nullptr;
     Oid nsp = get_namespace_oid("jobcap", true);
     if (!OidIsValid(nsp))
         return false;
@@ -437,9 +529,11 @@ bool learn_shape()
         s.pending = state_value(type, "pending");
         s.running = state_value(type, "running");
         s.succeeded = state_value(type, "succeeded");
-        s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded);
+        s.dead = state_value(type, "dead");
+        s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded) &&
+                   OidIsValid(s.dead);
     }
-    s.insertable = s.direct && learn_defaults(jobs, s);
+    s.insertable = s.direct && learn_job_defaults(jobs, s);
     table_close(jobs, AccessShareLock);
 
     Relation queues = table_open(s.queues, AccessShareLock);
@@ -470,6 +564,7 @@ bool learn_shape()
                    index_on(s.grants_pkey, s.grants, gkey, 1) &&
                    s.grant_grantee != InvalidAttrNumber;
     }
+    s.failable = s.direct && learn_errors(s);
     s.known = true;
     shape = s;
     return true;
@@ -656,6 +751,7 @@ struct QueueRow {
     int64 epoch;
     Datum lease;  // copied
     bool notify;
+    Datum backoff_base, backoff_max;  // copied
 };
 
 // Reads queue's row: false when there is none (or it has a NULL where the table says NOT NULL:
@@ -683,7 +779,12 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         Datum lease = heap_getattr(q, shape.queue[kQLease], desc, &n[3]);
         row->lease = n[3] ? (Datum) 0 : datumCopy(lease, false, 16);
         row->notify = DatumGetBool(heap_getattr(q, shape.queue[kQNotify], desc, &n[4]));
-        found = !n[0] && !n[1] && !n[2] && !n[3] && !n[4];
+        bool nb = false, nm = false;
+        Datum base = heap_getattr(q, shape.queue[kQBackoffBase], desc, &nb);
+        Datum max = heap_getattr(q, shape.queue[kQBackoffMax], desc, &nm);
+        row->backoff_base = nb ? (Datum) 0 : datumCopy(base, false, 16);
+        row->backoff_max = nm ? (Datum) 0 : datumCopy(max, false, 16);
+        found = !n[0] && !n[1] && !n[2] && !n[3] && !n[4] && !nb && !nm;
     }
     systable_endscan(scan);
     table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction
@@ -757,7 +858,7 @@ void update(Op& op)
 
 }  // namespace
 
-bool usable(const char* function, bool insert)
+bool usable(const char* function, Need need)
 {
     const char* why = nullptr;
     if (guc_hot_path != kHotPathDirect) {
@@ -789,6 +890,8 @@ bool usable(const char* function, bool insert)
             if (!shape.direct)
                 break;
             LockRelationOid(shape.jobs, RowExclusiveLock);
+            if (need == Need::fail && shape.known && shape.failable)
+                LockRelationOid(shape.errors, RowExclusiveLock);  // its shape likewise
             if (shape.known)
                 break;
         }
@@ -796,7 +899,11 @@ bool usable(const char* function, bool insert)
             why =
                 "jobcap.jobs has triggers, rules, row security, constraints or generated "
                 "columns, or is not as jobcap 0.2.0 made it";
-        else if (insert && !shape.insertable)
+        else if (need == Need::fail && !shape.failable)
+            why =
+                "jobcap.job_errors has triggers, rules, row security, constraints, defaults or "
+                "indexes the direct path does not write as the executor would";
+        else if (need == Need::insert && !shape.insertable)
             why =
                 "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
                 "where an enqueue leaves it NULL";
@@ -1096,6 +1203,149 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
     pfree(nulls);
     end(op);
     return n;
+}
+
+namespace {
+
+// jobcap.backoff(attempt, base, max) (functions/backoff.cpp) for a queue's stored spans, which
+// it checks as its arguments.
+Datum backoff(int32 attempt, Datum base, Datum max)
+{
+    auto span = [](Datum d) {
+        const Interval* iv = DatumGetIntervalP(d);
+        core::Span s;
+        s.months = iv->month;
+        s.days = iv->day;
+        s.usec = iv->time;
+        return s;
+    };
+    core::Span b = span(base), m = span(max);
+    if (core::Problem p = core::check_span("backoff_base", b, true, false))
+        raise_problem(p);
+    if (core::Problem p = core::check_span("backoff_max", m, true, false))
+        raise_problem(p);
+    Interval* delay = static_cast<Interval*>(palloc0(sizeof(Interval)));
+    delay->time = core::backoff_delay(attempt, core::span_usec(b), core::span_usec(m),
+                                      pg_prng_double(&pg_global_prng_state));
+    return IntervalPGetDatum(delay);
+}
+
+// The history of a failed attempt (JOBCAP_HISTORY_CTES in spi/history.hpp): a row for the job's
+// new version in op.next (unless jobcap.error_history is 0), then the job's history cut to its
+// newest jobcap.error_history rows. The cut reads op's snapshot, which does not see the row
+// added (as the statement's DELETE does not see its INSERT's row).
+void add_history(Op& op, const char* kind, Datum error, bool no_error, TimestampTz at)
+{
+    Relation errors = table_open(shape.errors, RowExclusiveLock);
+    TupleDesc desc = RelationGetDescr(errors);
+    ResultRelInfo* result = makeNode(ResultRelInfo);
+    InitResultRelInfo(result, errors, 0, nullptr, 0);
+    ExecOpenIndices(result, false);
+    int64 job_id = int8_of(op.next, kJobId);
+    if (guc_error_history > 0) {
+        Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
+        bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
+        memcpy(values, shape.error_defaults, sizeof(Datum) * desc->natts);
+        memcpy(nulls, shape.error_default_nulls, sizeof(bool) * desc->natts);
+        auto put = [&](ErrorColumn c, Datum value, bool isnull) {
+            values[shape.error[c] - 1] = value;
+            nulls[shape.error[c] - 1] = isnull;
+        };
+        auto copy = [&](ErrorColumn c, JobColumn from) {
+            bool isnull = false;
+            put(c, slot_getattr(op.next, shape.job[from], &isnull), isnull);
+        };
+        put(kESeq, Int64GetDatum(nextval_internal(shape.errors_identity, false)), false);
+        copy(kEJobId, kJobId);
+        copy(kEQueue, kQueue);
+        copy(kEAttempt, kAttempts);
+        copy(kEFence, kFence);
+        put(kEKind, CStringGetTextDatum(kind), false);
+        copy(kEWorker, kWorker);
+        put(kEError, error, no_error);
+        put(kEAt, TimestampTzGetDatum(at), false);
+        TupleTableSlot* slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+        ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
+        if (desc->constr != nullptr)
+            ExecConstraints(result, slot, op.estate);  // NOT NULL and CHECK, as ExecInsert
+        CheckCmdReplicaIdentity(errors, CMD_INSERT);
+        simple_table_tuple_insert(errors, slot);
+        if (result->ri_NumIndices > 0)
+            jobcap_insert_index_tuples_new(result, slot, op.estate);
+        ExecDropSingleTupleTableSlot(slot);
+    }
+
+    // DELETE ... WHERE job_id = $job AND seq <= (the seq of the job's row at OFFSET
+    // greatest(error_history - 1, 0), newest first): the rows from that position on, newest first.
+    int keep = Max(guc_error_history - 1, 0);
+    Relation index = index_open(shape.errors_by_job, RowExclusiveLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(job_id));
+    IndexScanDesc scan = jobcap_index_beginscan(errors, index, op.snapshot, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    TupleTableSlot* seen = table_slot_create(errors, nullptr);
+    for (int position = 0; index_getnext_slot(scan, BackwardScanDirection, seen); ++position) {
+        if (position < keep)
+            continue;
+        CheckCmdReplicaIdentity(errors, CMD_DELETE);
+        TM_FailureData failure;
+        TM_Result r = table_tuple_delete(errors, &seen->tts_tid, op.cid, op.snapshot,
+                                         InvalidSnapshot, true, &failure, false);
+        // Deleted meanwhile (retention, a requeue's cleanup): the statement's DELETE skips
+        // such a row too. History rows are never updated, so nothing else can happen.
+        if (r != TM_Ok && r != TM_Deleted)
+            elog(ERROR, "jobcap: history row of job %lld changed while pruning it",
+                 static_cast<long long>(job_id));
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(seen);
+    index_close(index, NoLock);
+    ExecCloseIndices(result);
+    table_close(errors, NoLock);  // as a statement's locks: held to the end of the transaction
+}
+
+}  // namespace
+
+bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_error,
+          Datum retry_in, bool no_retry_in, const char* kind, TimestampTz now, Datum* state,
+          char** wake)
+{
+    Op op;
+    begin(op);
+    // The statement joins the job's queue: a job whose queue is gone matches no row.
+    QueueRow q;
+    bool isnull = false;
+    bool done = lock_current(op, access, job_id, fence) &&
+                read_queue(op, slot_getattr(op.found, shape.job[kQueue], &isnull), &q);
+    if (done) {
+        // The cap rule (JOBCAP_CAP, spi/cap.hpp): attempts >= cap is NULL, hence a retry, for
+        // a budget without a cap.
+        bool own_null = false, epoch_null = false;
+        int32 own = int4_of(op.found, kMaxAttempts, &own_null);
+        int64 epoch = int8_of(op.found, kCapEpoch, &epoch_null);
+        int32 attempts = int4_of(op.found, kAttempts);
+        bool dead = !epoch_null && epoch == q.epoch
+                        ? !own_null && attempts >= own
+                        : attempts >= (own_null ? q.cap : Min(own, q.cap));
+        set(op, kState, ObjectIdGetDatum(dead ? shape.dead : shape.pending));
+        if (dead) {
+            set(op, kFinishedAt, TimestampTzGetDatum(now));
+        } else {
+            Datum delay = no_retry_in ? backoff(attempts, q.backoff_base, q.backoff_max) : retry_in;
+            set(op, kRunAt,
+                DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), delay));
+            set(op, kFinishedAt, (Datum) 0, true);
+        }
+        set(op, kLeaseExpiresAt, (Datum) 0, true);
+        update(op);
+        add_history(op, kind, error, no_error, now);
+        *state = ObjectIdGetDatum(dead ? shape.dead : shape.pending);
+        *wake = !dead && q.notify
+                    ? TextDatumGetCString(slot_getattr(op.next, shape.job[kQueue], &isnull))
+                    : nullptr;
+    }
+    end(op);
+    return done;
 }
 
 }  // namespace jobcap::direct

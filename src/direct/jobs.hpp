@@ -25,9 +25,11 @@ namespace jobcap::direct {
 // Whether this call of function may take the direct path (see above); says which at DEBUG2.
 // Cheap after the first call of a session: the tables' shape is cached and forgotten when the
 // relcache entry of one of them is invalidated.
-// insert: for enqueue_job and enqueue_jobs, which also need every column the SQL path's INSERT
-// leaves to its default to have a constant one.
-bool usable(const char* function, bool insert = false);
+// What the call needs besides updating jobs: insert (enqueue_job, enqueue_jobs) needs every
+// column the SQL path's INSERT leaves to its default to have a constant one; fail (fail_job,
+// crash_job) writes and prunes jobcap.job_errors too, which must be as plain.
+enum class Need { update, insert, fail };
+bool usable(const char* function, Need need = Need::update);
 
 // The fenced calls. Each returns false when no current row matched (job_id, fence, running, a
 // queue the caller may work): the caller then raises with raise_not_current, as the SQL path.
@@ -68,6 +70,17 @@ struct Claimed {
 // missing, paused, capped, or not the caller's: the SQL path then decides.
 int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
           Datum uncounted, TimestampTz now, Claimed* out);
+
+// fail_job and crash_job (kind: the history's "error" or "crashed"): the attempt of (job_id,
+// fence) failed; the job goes back to pending after a backoff (retry_in, or the queue's when
+// no_retry_in) or, when its attempts reached its cap, dies. A history row with the error text
+// (NULL: none) unless jobcap.error_history is 0, the job's history cut to that many rows.
+// Returns false when no current row matched (see complete); else *state = the new state and
+// *wake = the queue whose listeners are to be woken (a retry on a queue with notify on), or
+// nullptr.
+bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_error,
+          Datum retry_in, bool no_retry_in, const char* kind, TimestampTz now, Datum* state,
+          char** wake);
 
 // What an enqueue gives every job (the SQL path's INSERT lists the same columns).
 struct EnqueueValues {

@@ -137,7 +137,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
 
     lock_queue_for_insert(queue.datum);
     // A dedupe key needs the SQL statement's ON CONFLICT (speculative insertion).
-    if (PG_ARGISNULL(5) && direct::usable(function, true)) {
+    if (PG_ARGISNULL(5) && direct::usable(function, direct::Need::insert)) {
         v.lists_dedupe_key = true;
         int64 job_id = 0;
         bool notify = false;
@@ -201,7 +201,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     p.add(TimestampTzGetDatum(v.now)).add_caller(access);
 
     lock_queue_for_insert(queue.datum);
-    if (direct::usable(function, true)) {
+    if (direct::usable(function, direct::Need::insert)) {
         int64* ids = static_cast<int64*>(palloc(sizeof(int64) * Max(n, 1)));
         bool notify = false;
         if (direct::enqueue(access, queue.datum, elems, n, v, ids, &notify) == n) {

@@ -207,8 +207,22 @@ Params failed_attempt_params(FunctionCallInfo fcinfo, int64 job_id, int64 fence)
 // fail_job and crash_job: the fenced compare-and-swap of a failed attempt; a retry wakes the
 // queue's listeners as an enqueue does (the NOTIFY is sent at commit).
 Datum fail_attempt(Access& access, Statement& s, const char* function, int64 job_id, int64 fence,
-                   const Params& p)
+                   const Params& p, const char* kind)
 {
+    // Params: job, fence, error, retry_in, now (failed_attempt_params, then the caller's).
+    if (kind != nullptr && direct::usable(function, direct::Need::fail)) {
+        Datum state = (Datum) 0;
+        char* wake = nullptr;
+        if (direct::fail(access, job_id, fence, p.values[2], p.nulls[2] == 'n', p.values[3],
+                         p.nulls[3] == 'n', kind, DatumGetTimestampTz(p.values[4]), &state,
+                         &wake)) {
+            if (wake != nullptr)
+                Async_Notify("jobcap", wake);
+            return state;
+        }
+        spi_open(access);
+        raise_not_current(access, function, job_id, fence);
+    }
     spi_open(access);
     if (execute(s, p, SPI_OK_SELECT) == 0)
         raise_not_current(access, function, job_id, fence);
@@ -261,8 +275,9 @@ JOBCAP_FUNCTION(fail_job, Duty::worker)
     Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
     Params p = failed_attempt_params(fcinfo, job_id, fence);
     p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return fail_attempt(access, schema_is_0_2() ? statements::fail_job : statements::fail_job_0_1,
-                        function, job_id, fence, p);
+    if (!schema_is_0_2())
+        return fail_attempt(access, statements::fail_job_0_1, function, job_id, fence, p, nullptr);
+    return fail_attempt(access, statements::fail_job, function, job_id, fence, p, "error");
 }
 
 JOBCAP_FUNCTION(crash_job, Duty::worker)
@@ -272,7 +287,7 @@ JOBCAP_FUNCTION(crash_job, Duty::worker)
     Params p = failed_attempt_params(fcinfo, job_id, fence);
     // No retry_in: a crash waits out the queue's backoff.
     p.add((Datum) 0, true).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return fail_attempt(access, statements::crash_job, function, job_id, fence, p);
+    return fail_attempt(access, statements::crash_job, function, job_id, fence, p, "crashed");
 }
 
 JOBCAP_FUNCTION(release_job, Duty::worker)

@@ -228,7 +228,7 @@ sub random_op
 	my $lease = pick('NULL', 'NULL', "'2 minutes'", "'20 minutes'");
 	my $w = pick('w1', 'w2', 'w3');
 	my @kinds = (('claim') x 8, ('by_id') x 2, ('cac') x 3, ('complete') x 3, ('complete_jobs') x 2,
-		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1,
+		('fail') x 3, ('heartbeat') x 2, ('assert') x 2, ('release') x 1, ('crash') x 1, 'history',
 		# reap_jobs and requeue_dead skip locked rows: safe beside open transactions too.
 		('reap') x 2, 'expire', 'requeue_dead');
 	push @kinds, (('requeue') x 2, ('alter') x 2, 'grant',
@@ -264,7 +264,7 @@ sub random_op
 	}
 	my ($job, $k) = some_ticket(%avoid);
 	return random_op($limited, $in_transaction, %avoid) unless defined $job
-	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker|repeatable_read)$/;
+	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker|repeatable_read|history)$/;
 	if ($kind eq 'cac')
 	{
 		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
@@ -294,6 +294,12 @@ sub random_op
 		return ("complete_jobs " . join(',', map { $_->[0] } @pairs),
 			"SELECT jobcap.complete_jobs(ARRAY[" . join(', ', map { $_->[0] } @pairs)
 			  . "]::bigint[], ARRAY[" . join(', ', map { "{F:$_->[1]}" } @pairs) . "]::bigint[]$outputs)");
+	}
+	if ($kind eq 'history')
+	{
+		# How much history a failure keeps (and prunes to), for the rest of this session.
+		my $keep = pick(0, 1, 2, 10);
+		return ("error_history $keep", "SET jobcap.error_history = $keep");
 	}
 	if ($kind eq 'fail')
 	{
@@ -703,7 +709,7 @@ note("extra indexes: " . join(', ', map { "$_ $extra_used{$_}" } sort keys %extr
 note("outcomes: " . join(', ', map { "$_ $tally{$_}" } sort keys %tally));
 
 # The comparison compared the two paths: dut's hot calls took the direct path, ref's never.
-for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence enqueue_job
+for my $f (qw(claim_job complete_and_claim complete_job complete_jobs heartbeat assert_fence fail_job crash_job enqueue_job
 	enqueue_jobs))
 {
 	ok(($served{dut}{$f}{direct} // 0) > 0,

@@ -369,7 +369,8 @@ my @hb_before = split / /, counts();
     SELECT pg_stat_force_next_flush();
 });
 my @hb_after = split / /, counts();
-is($said, 'claim_job direct' . ', heartbeat direct' x 10, 'a claim and ten heartbeats on the direct path');
+is($said, 'enqueue_job direct, claim_job direct' . ', heartbeat direct' x 10,
+	'an enqueue, a claim and ten heartbeats on the direct path');
 is(($hb_after[0] - $hb_before[0]) . ' ' . ($hb_after[1] - $hb_before[1]), '11 10',
 	'n_tup_upd + 11, n_tup_hot_upd + 10: every heartbeat was HOT');
 $primary->safe_psql('dec', "SELECT pg_drop_replication_slot('dec')");
