@@ -32,6 +32,21 @@ RESET search_path;
 RESET ROLE;
 SELECT who, path, count(*) > 0 AS ran FROM public.r4_who GROUP BY 1, 2;
 ALTER TABLE jobcap.jobs DROP COLUMN r4_flag;
+-- The same through a CHECK constraint on jobcap.job_errors, which the direct fail_job evaluates
+-- (ExecConstraints) as the caller. On the SQL path it runs inside spi_open.
+TRUNCATE public.r4_who;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT r4_check
+    CHECK (attempt < 0 OR '[a,b]'::public.r4_range <> '[a,c]'::public.r4_range);
+SELECT job_id AS r4_job, fence AS r4_fence FROM jobcap.jobs
+ WHERE queue = 'r4_range' AND state = 'running' \gset
+TRUNCATE public.r4_who;
+SET ROLE r4_range_worker;
+SET search_path = public, pg_catalog;
+SELECT jobcap.fail_job(:r4_job, :r4_fence, 'boom', retry_in => '0') AS state;
+RESET search_path;
+RESET ROLE;
+SELECT who, path, count(*) > 0 AS ran FROM public.r4_who GROUP BY 1, 2;
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT r4_check;
 DROP TYPE public.r4_range;
 DROP OPERATOR CLASS public.r4_text_ops USING btree;
 DROP OPERATOR FAMILY public.r4_text_ops USING btree;

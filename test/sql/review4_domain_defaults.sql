@@ -24,3 +24,15 @@ ALTER TABLE jobcap.jobs DROP COLUMN r4_tier, DROP COLUMN r4_must;
 DROP DOMAIN public.r4_tier;
 DROP DOMAIN public.r4_must;
 SELECT jobcap.drop_queue('r4_domain', force => true);
+-- 3. The same for jobcap.job_errors, which fail_job's direct path writes (learn_errors uses the
+-- same learn_defaults): a domain default on a column a DBA adds to the history.
+SELECT jobcap.create_queue('r4_domain_fail', max_attempts => 3);
+SELECT jobcap.enqueue_job('r4_domain_fail', '{}') > 0 AS enqueued;
+CREATE DOMAIN public.r4_sev AS int DEFAULT 3;
+ALTER TABLE jobcap.job_errors ADD COLUMN r4_sev public.r4_sev;
+SELECT jobcap.fail_job(job_id, fence, 'boom', retry_in => '0') AS state
+  FROM jobcap.claim_job('r4_domain_fail', 'w');
+SELECT kind, error, r4_sev FROM jobcap.job_errors WHERE queue = 'r4_domain_fail';
+ALTER TABLE jobcap.job_errors DROP COLUMN r4_sev;
+DROP DOMAIN public.r4_sev;
+SELECT jobcap.drop_queue('r4_domain_fail', force => true);
