@@ -121,6 +121,8 @@ const char* const kErrorColumnNames[kErrorColumns] = {"seq",  "job_id", "queue",
 const Oid kErrorColumnTypes[kErrorColumns] = {INT8OID, INT8OID, TEXTOID, INT4OID,       INT8OID,
                                               TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
 
+enum class Learnt : uint8 { unknown, yes, no };
+
 // What the direct path knows of the installed tables. Learned on first use and forgotten when
 // the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
 // ALTER EXTENSION jobcap UPDATE, DROP EXTENSION, ...).
@@ -134,16 +136,19 @@ struct Shape {
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);
-    // job_id is an identity column whose sequence is identity.
-    bool insertable;
+    // job_id is an identity column whose sequence is identity. Learnt on the first enqueue
+    // (learn_need), so that a default that cannot be computed fails enqueues only, as on the
+    // SQL path.
+    Learnt insertable;
     Oid identity;
     int natts;
     Datum* defaults;
     bool* default_nulls;
     // Failing (failable): job_errors has no triggers, rules or row security, CHECK constraints
     // of built-in functions only (the direct path evaluates them as the executor does), seq an
-    // identity column, constant defaults elsewhere, and its index on (job_id, seq).
-    bool failable;
+    // identity column, constant defaults elsewhere, and its index on (job_id, seq). Learnt on
+    // the first failure.
+    Learnt failable;
     Oid errors, errors_by_job, errors_identity;
     AttrNumber error[kErrorColumns];
     Datum* error_defaults;
@@ -236,14 +241,16 @@ AttrNumber column(TupleDesc desc, const char* name, Oid type)
 }
 
 // Whether the executor would do more for an UPDATE of rel than the direct path does: fire
-// triggers, apply row security or rules, check constraints, compute generated columns. The
+// triggers, apply row security or rules, check constraints (a partition's too), compute
+// generated columns; or whether rel is not a heap. The
 // direct path writes NULL only into lease_expires_at and output: NOT NULL there would be a check.
 bool executor_needed(Relation rel, const AttrNumber* job)
 {
     TupleDesc desc = RelationGetDescr(rel);
     TupleConstr* constr = desc->constr;
     return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
-           rel->rd_rel->relkind != RELKIND_RELATION ||
+           rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
+           rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
            (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
                                   jobcap_has_generated_virtual(constr))) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
@@ -282,10 +289,25 @@ Oid state_value(Oid type, const char* label)
                            CStringGetDatum(label));
 }
 
-// Whether node (a stored index predicate) uses only built-in operators whose functions are
-// written in C (no SQL or PL function, nothing resolved by name, nothing run as the caller but
-// PostgreSQL's own code), in the node kinds a partial index's predicate is made of. Returns true
-// at the first node that is not (an expression_tree_walker callback).
+// Whether values of type t are compared, hashed and copied by PostgreSQL's own code only: a
+// built-in type, an enum (compared by its labels' order), or an array of such. A range, a
+// composite, a domain or a base type a DBA made carries functions of theirs (a range's subtype
+// comparison, a domain's constraints) that built-in operators on it would call.
+bool plain_type(Oid t)
+{
+    if (t < FirstNormalObjectId)
+        return true;
+    if (type_is_enum(t))
+        return true;
+    Oid element = get_element_type(t);
+    return OidIsValid(element) && plain_type(element);
+}
+
+// Whether node (a stored index predicate, a CHECK constraint, a column default) uses only
+// built-in operators and functions written in C, on plain types (no SQL or PL function, nothing
+// resolved by name, nothing run as the caller but PostgreSQL's own code), in the node kinds such
+// expressions are made of. Returns true at the first node that is not (an
+// expression_tree_walker callback).
 bool not_plain(Node* node, void*)
 {
     if (node == nullptr)
@@ -320,6 +342,8 @@ bool not_plain(Node* node, void*)
     default:
         return true;
     }
+    if (!IsA(node, List) && !plain_type(exprType(node)))
+        return true;
     return expression_tree_walker(node, JOBCAP_TREE_WALKER(not_plain), nullptr);
 }
 
@@ -330,7 +354,24 @@ bool not_plain(Node* node, void*)
 // whose statements evaluate it as the tables' owner under the pinned search_path.
 bool plain_index(Relation index)
 {
+    // The access method and every key's operator class and type built in: their support
+    // functions (a btree's comparison) are PostgreSQL's own.
+    if (index->rd_rel->relam >= FirstNormalObjectId)
+        return false;
+    for (int k = 0; k < IndexRelationGetNumberOfAttributes(index); ++k) {
+        Form_pg_attribute a = TupleDescAttr(RelationGetDescr(index), k);
+        if (!plain_type(a->atttypid))
+            return false;
+    }
     bool isnull = false;
+    Datum classes =
+        SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indclass, &isnull);
+    if (isnull)
+        return false;
+    const oidvector* opclass = reinterpret_cast<const oidvector*>(DatumGetPointer(classes));
+    for (int k = 0; k < opclass->dim1; ++k)
+        if (opclass->values[k] >= FirstNormalObjectId)
+            return false;
     SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indexprs, &isnull);
     if (!isnull)
         return false;
@@ -383,7 +424,11 @@ bool learn_defaults(Relation rel, const AttrNumber* listed, int n, Datum** defau
             is_listed = is_listed || listed[k] == i + 1;
         if (is_listed)
             continue;
-        Node* expr = a->atthasdef ? build_column_default(rel, i + 1) : nullptr;
+        // A domain's constraints are checked by the executor's coercion: the SQL path's.
+        if (get_typtype(a->atttypid) == TYPTYPE_DOMAIN)
+            return false;
+        // The column's default, or its type's (build_column_default, as the rewriter).
+        Node* expr = build_column_default(rel, i + 1);
         if (expr != nullptr) {
             if (not_plain(expr, nullptr))
                 return false;
@@ -425,15 +470,14 @@ bool learn_job_defaults(Relation jobs, Shape& s)
 // For failing: job_errors as the history statements write it (see Shape::failable).
 bool learn_errors(Shape& s)
 {
-    Oid nsp = get_namespace_oid("jobcap", true);
-    s.errors = get_relname_relid("job_errors", nsp);
-    s.errors_by_job = get_relname_relid("job_errors_job", nsp);
+    s.errors_by_job = get_relname_relid("job_errors_job", get_namespace_oid("jobcap", true));
     if (!OidIsValid(s.errors) || !OidIsValid(s.errors_by_job))
         return false;
     Relation errors = table_open(s.errors, AccessShareLock);
     TupleDesc desc = RelationGetDescr(errors);
     bool ok = errors->trigdesc == nullptr && !errors->rd_rel->relrowsecurity &&
               errors->rd_rules == nullptr && errors->rd_rel->relkind == RELKIND_RELATION &&
+              !errors->rd_rel->relispartition && errors->rd_rel->relam == HEAP_TABLE_AM_OID &&
               (desc->constr == nullptr || (!desc->constr->has_generated_stored &&
                                            !jobcap_has_generated_virtual(desc->constr)));
     for (int c = 0; ok && c < kErrorColumns; ++c) {
@@ -533,7 +577,7 @@ bool learn_shape()
         s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded) &&
                    OidIsValid(s.dead);
     }
-    s.insertable = s.direct && learn_job_defaults(jobs, s);
+    s.insertable = s.direct ? Learnt::unknown : Learnt::no;
     table_close(jobs, AccessShareLock);
 
     Relation queues = table_open(s.queues, AccessShareLock);
@@ -564,7 +608,8 @@ bool learn_shape()
                    index_on(s.grants_pkey, s.grants, gkey, 1) &&
                    s.grant_grantee != InvalidAttrNumber;
     }
-    s.failable = s.direct && learn_errors(s);
+    s.errors = get_relname_relid("job_errors", nsp);
+    s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
     s.known = true;
     shape = s;
     return true;
@@ -856,6 +901,28 @@ void update(Op& op)
     memset(op.replace, 0, sizeof(bool) * desc->natts);
 }
 
+// Learns what an enqueue or a failure needs, once per shape, under the tables' locks (usable).
+// An invalidation meanwhile leaves it unknown (and the shape forgotten): the SQL path serves.
+bool learn_need(Need need)
+{
+    Learnt& state = need == Need::insert ? shape.insertable : shape.failable;
+    if (state == Learnt::unknown) {
+        uint64 seen = invalidations;
+        bool ok = false;
+        if (need == Need::insert) {
+            Relation jobs = table_open(shape.jobs, AccessShareLock);
+            ok = learn_job_defaults(jobs, shape);
+            table_close(jobs, AccessShareLock);
+        } else {
+            ok = learn_errors(shape);
+        }
+        if (invalidations != seen || !shape.known)
+            return false;
+        state = ok ? Learnt::yes : Learnt::no;
+    }
+    return state == Learnt::yes;
+}
+
 }  // namespace
 
 bool usable(const char* function, Need need)
@@ -890,7 +957,7 @@ bool usable(const char* function, Need need)
             if (!shape.direct)
                 break;
             LockRelationOid(shape.jobs, RowExclusiveLock);
-            if (need == Need::fail && shape.known && shape.failable)
+            if (need == Need::fail && shape.known && OidIsValid(shape.errors))
                 LockRelationOid(shape.errors, RowExclusiveLock);  // its shape likewise
             if (shape.known)
                 break;
@@ -899,11 +966,11 @@ bool usable(const char* function, Need need)
             why =
                 "jobcap.jobs has triggers, rules, row security, constraints or generated "
                 "columns, or is not as jobcap 0.2.0 made it";
-        else if (need == Need::fail && !shape.failable)
+        else if (need == Need::fail && !learn_need(need))
             why =
                 "jobcap.job_errors has triggers, rules, row security, constraints, defaults or "
                 "indexes the direct path does not write as the executor would";
-        else if (need == Need::insert && !shape.insertable)
+        else if (need == Need::insert && !learn_need(need))
             why =
                 "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
                 "where an enqueue leaves it NULL";
@@ -1191,6 +1258,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
                 insert_index_entries(op, slots[i], false);
             else if (op.result->ri_NumIndices > 0)
                 jobcap_insert_index_tuples_new(op.result, slots[i], op.estate);
+            ResetExprContext(GetPerTupleExprContext(op.estate));
             ExecClearTuple(slots[i]);
         }
         MemoryContextReset(rows);
@@ -1235,7 +1303,8 @@ Datum backoff(int32 attempt, Datum base, Datum max)
 // op.next (unless jobcap.error_history is 0) — in the order the statement's ModifyTable nodes
 // run its two CTEs (what logical decoding shows), with the same outcome: the statement's DELETE
 // does not see its INSERT's row either.
-void add_history(Op& op, const char* kind, Datum error, bool no_error, TimestampTz at)
+void add_history(Op& op, const Access& access, const char* kind, Datum error, bool no_error,
+                 TimestampTz at)
 {
     Relation errors = table_open(shape.errors, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(errors);
@@ -1252,18 +1321,40 @@ void add_history(Op& op, const char* kind, Datum error, bool no_error, Timestamp
     IndexScanDesc scan = jobcap_index_beginscan(errors, index, op.snapshot, 1, 0);
     index_rescan(scan, &key, 1, nullptr, 0);
     TupleTableSlot* seen = table_slot_create(errors, nullptr);
+    int64 bound = 0;  // the subquery's seq: rows of the job up to it go
     for (int position = 0; index_getnext_slot(scan, BackwardScanDirection, seen); ++position) {
         if (position < keep)
             continue;
+        bool isnull = false;
+        Datum seq = slot_getattr(seen, shape.error[kESeq], &isnull);
+        if (position == keep)
+            bound = isnull ? 0 : DatumGetInt64(seq);
         CheckCmdReplicaIdentity(errors, CMD_DELETE);
+        ItemPointerData tid = seen->tts_tid;
         TM_FailureData failure;
-        TM_Result r = table_tuple_delete(errors, &seen->tts_tid, op.cid, op.snapshot,
-                                         InvalidSnapshot, true, &failure, false);
-        // Deleted meanwhile (retention, a requeue's cleanup): the statement's DELETE skips
-        // such a row too. History rows are never updated, so nothing else can happen.
-        if (r != TM_Ok && r != TM_Deleted)
-            elog(ERROR, "jobcap: history row of job %lld changed while pruning it",
-                 static_cast<long long>(job_id));
+        TM_Result r = table_tuple_delete(errors, &tid, op.cid, op.snapshot, InvalidSnapshot, true,
+                                         &failure, false);
+        if (r == TM_Updated) {
+            // Changed by another transaction that committed (a DBA editing a row): as the
+            // statement's EvalPlanQual, its latest version, locked, goes if it still matches.
+            r = table_tuple_lock(errors, &tid, op.snapshot, seen, op.cid, LockTupleExclusive,
+                                 LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
+            if (r == TM_Ok) {
+                bool n1 = false, n2 = false;
+                Datum job = slot_getattr(seen, shape.error[kEJobId], &n1);
+                Datum latest = slot_getattr(seen, shape.error[kESeq], &n2);
+                if (!n1 && !n2 && DatumGetInt64(job) == job_id && DatumGetInt64(latest) <= bound) {
+                    tid = seen->tts_tid;
+                    r = table_tuple_delete(errors, &tid, op.cid, op.snapshot, InvalidSnapshot, true,
+                                           &failure, false);
+                }
+            }
+        }
+        // Anything else: deleted meanwhile (retention, a requeue's cleanup), which the
+        // statement's DELETE skips too, or the latest version no longer the job's.
+        if (r != TM_Ok && r != TM_Deleted && r != TM_Updated)
+            elog(ERROR, "jobcap: history row of job %lld could not be pruned (%d)",
+                 static_cast<long long>(job_id), static_cast<int>(r));
     }
     index_endscan(scan);
     ExecDropSingleTupleTableSlot(seen);
@@ -1293,8 +1384,16 @@ void add_history(Op& op, const char* kind, Datum error, bool no_error, Timestamp
         put(kEAt, TimestampTzGetDatum(at), false);
         TupleTableSlot* slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
         ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
-        if (desc->constr != nullptr)
-            ExecConstraints(result, slot, op.estate);  // NOT NULL and CHECK, as ExecInsert
+        if (desc->constr != nullptr) {
+            // NOT NULL and CHECK, as ExecInsert checks them, as the tables' owner (whom the
+            // SQL path runs as: a violation's detail shows the row to whoever may read it).
+            Oid user = InvalidOid;
+            int context = 0;
+            GetUserIdAndSecContext(&user, &context);
+            SetUserIdAndSecContext(access.owner, context | SECURITY_LOCAL_USERID_CHANGE);
+            ExecConstraints(result, slot, op.estate);
+            SetUserIdAndSecContext(user, context);
+        }
         CheckCmdReplicaIdentity(errors, CMD_INSERT);
         simple_table_tuple_insert(errors, slot);
         if (result->ri_NumIndices > 0)
@@ -1339,7 +1438,7 @@ bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_
         }
         set(op, kLeaseExpiresAt, (Datum) 0, true);
         update(op);
-        add_history(op, kind, error, no_error, now);
+        add_history(op, access, kind, error, no_error, now);
         *state = ObjectIdGetDatum(dead ? shape.dead : shape.pending);
         *wake = !dead && q.notify
                     ? TextDatumGetCString(slot_getattr(op.next, shape.job[kQueue], &isnull))

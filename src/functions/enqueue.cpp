@@ -9,6 +9,8 @@
 #include "spi/statements.hpp"
 #include "direct/jobs.hpp"
 
+#include <algorithm>
+
 namespace jobcap {
 namespace {
 constexpr std::size_t kMaxDedupeKey = 1024;
@@ -209,6 +211,9 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
                 Async_Notify("jobcap", queue.cstr);
             if (n == 0)
                 PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
+            // Sorted, as the statement's array_agg(job_id ORDER BY job_id): the payloads' order
+            // for an ascending identity, reversed for a descending one.
+            std::sort(ids, ids + n);
             Datum* boxed = static_cast<Datum*>(palloc(sizeof(Datum) * n));
             for (int i = 0; i < n; ++i)
                 boxed[i] = Int64GetDatum(ids[i]);
