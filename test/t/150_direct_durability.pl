@@ -229,7 +229,7 @@ $node->stop;
 ###############################################################################
 # 2-5 on a primary with wal_level = logical and a streaming standby.
 ###############################################################################
-my $primary = jobcap_node('primary', allows_streaming => 'logical',
+my $primary = jobcap_node('primary', allows_streaming => 'logical', wal_keep_size => "'2GB'",
 	wal_consistency_checking => $consistency);
 $primary->safe_psql('postgres', q{
     CREATE EXTENSION jobcap;

@@ -10,7 +10,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use JobcapTest;
 
-my $primary = jobcap_node('mi_primary', allows_streaming => 1,
+my $primary = jobcap_node('mi_primary', allows_streaming => 1, wal_keep_size => "'2GB'",
 	wal_consistency_checking => "'heap,heap2,btree,hash'");
 $primary->safe_psql('postgres', q{
     CREATE EXTENSION jobcap;
