@@ -6,7 +6,9 @@
 SET jobcap.hot_path = direct;
 SELECT jobcap.create_queue('r5_rq', max_attempts => 10, backoff_base => '0', backoff_max => '0');
 ALTER TABLE jobcap.job_errors REPLICA IDENTITY NOTHING;
+SET client_min_messages = error;  -- wal_level may be below logical
 CREATE PUBLICATION r5_pub FOR TABLE jobcap.job_errors;
+RESET client_min_messages;
 SELECT jobcap.enqueue_job('r5_rq', '{}') AS j \gset
 SELECT jobcap.fail_job(:j, fence, 'e1', retry_in => '0') FROM jobcap.claim_job('r5_rq', 'w');
 SELECT state, attempts FROM jobcap.jobs WHERE queue = 'r5_rq';
