@@ -1,18 +1,20 @@
-// The direct path (jobcap.hot_path = direct): claim, complete, heartbeat and assert_fence on
-// jobcap.jobs without SPI, the planner or the executor's plan nodes, the way PostgreSQL's own
-// logical replication apply worker changes rows (src/backend/executor/execReplication.c):
-// find the row through an index with a fresh snapshot, lock it (SKIP LOCKED for a claim,
-// waiting for a settle, like UPDATE), re-check every predicate on the locked version (what
-// EvalPlanQual does for the SQL statement), update the heap tuple, and insert index entries only
-// when the update was not HOT (ExecInsertIndexTuples, so every index of the table is kept,
-// whatever a DBA added). WAL, logical decoding, statistics and HOT are heapam's, the same as for
+// The direct path (jobcap.hot_path = direct): enqueue, claim, complete, fail, heartbeat and
+// assert_fence on jobcap.jobs (and the failures' history in jobcap.job_errors) without SPI, the
+// planner or the executor's plan nodes, the way PostgreSQL's own logical replication apply
+// worker changes rows (src/backend/executor/execReplication.c): find the row through an index
+// with a fresh snapshot, lock it (SKIP LOCKED for a claim, waiting for a settle, like UPDATE),
+// re-check every predicate on the locked version (what EvalPlanQual does for the SQL
+// statement), update the heap tuple, and insert index entries only when the update was not HOT
+// (so every index of the table is kept, whatever a DBA added). Enqueues insert as COPY FROM does
+// (heap_multi_insert). WAL, logical decoding, statistics and HOT are heapam's, the same as for
 // the SQL statements.
 //
 // The SQL statements stay the reference (jobcap.hot_path = sql), and serve every call the direct
 // path does not: REPEATABLE READ and SERIALIZABLE (where a row changed since the snapshot must
-// raise a serialization failure), a table with triggers or row security (which only the executor
-// applies), the 0.1.0 schema, and every claim of a queue that is missing, paused, capped or not
-// the caller's (the SQL path then decides and raises). The differential test
+// raise a serialization failure), tables with triggers, row security, constraints or anything
+// else only the executor applies or that would run a DBA's code (docs/direct_path.md lists it),
+// the 0.1.0 schema, and every claim of a queue that is missing, paused, capped or not the
+// caller's (the SQL path then decides and raises). The differential test
 // (test/t/140_direct_path.pl) runs the same operations through both and compares the states.
 #pragma once
 
