@@ -31,8 +31,8 @@ REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch tr
           schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_fail direct_divergence \
           direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
           direct_domains direct_default_fold direct_opclass direct_default_code \
-          direct_partition direct_ids_order review5_prune_index review5_replica_identity \
-          review5_check_sql review5_predicate_user_code review5_errors_inherit
+          direct_partition direct_ids_order direct_prune_index direct_replica_identity \
+          direct_check_sql direct_predicate_code direct_errors_inherit
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
@@ -40,7 +40,7 @@ ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_rec
             refresh_race stats_late_commit rollback_count_race max_running_race \
             pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
             release_races notify_retry direct_stale_shape direct_default_race direct_prune_race \
-            review5_prune_races review5_queue_moved
+            direct_prune_races direct_queue_moved
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1

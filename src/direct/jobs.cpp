@@ -250,15 +250,37 @@ bool executor_needed(Relation rel, const AttrNumber* job)
     TupleConstr* constr = desc->constr;
     return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
            rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
-           rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+           rel->rd_rel->relhassubclass || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
            (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
                                   jobcap_has_generated_virtual(constr))) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
            TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
 
-// Whether index idx is on table rel with exactly these leading key columns.
-bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys)
+// Whether stored (pg_index.indpred) is exactly "column = value" for an enum column: the claim
+// index's "state = 'pending'".
+bool predicate_is(Datum stored, AttrNumber column, Oid value)
+{
+    Node* n = static_cast<Node*>(stringToNode(TextDatumGetCString(stored)));
+    if (IsA(n, List) && list_length(castNode(List, n)) == 1)
+        n = static_cast<Node*>(linitial(castNode(List, n)));
+    if (!IsA(n, OpExpr))
+        return false;
+    OpExpr* op = castNode(OpExpr, n);
+    if (list_length(op->args) != 2 || get_opcode(op->opno) != F_ENUM_EQ)
+        return false;
+    Node* left = static_cast<Node*>(linitial(op->args));
+    Node* right = static_cast<Node*>(lsecond(op->args));
+    return IsA(left, Var) && castNode(Var, left)->varattno == column && IsA(right, Const) &&
+           !castNode(Const, right)->constisnull &&
+           DatumGetObjectId(castNode(Const, right)->constvalue) == value;
+}
+
+// Whether index idx is on table rel with exactly these leading key columns, and no predicate
+// but (when column is valid) "column = value": an index the direct path scans must hold every
+// row the statement's scan would find.
+bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
+              AttrNumber column = InvalidAttrNumber, Oid value = InvalidOid)
 {
     HeapTuple t = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
     if (!HeapTupleIsValid(t))
@@ -267,6 +289,11 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys)
     bool ok = index->indrelid == rel && index->indnkeyatts >= nkeys && index->indisvalid &&
               index->indisready && !index->indcheckxmin;
     bool isnull = false;
+    Datum pred = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indpred, &isnull);
+    ok =
+        ok && (column == InvalidAttrNumber ? isnull : !isnull && predicate_is(pred, column, value));
+    SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);
+    ok = ok && isnull;
     Datum options = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indoption, &isnull);
     int2vector* option = isnull ? nullptr : reinterpret_cast<int2vector*>(DatumGetPointer(options));
     for (int i = 0; ok && i < nkeys; ++i)
@@ -303,6 +330,40 @@ bool plain_type(Oid t)
     return OidIsValid(element) && plain_type(element);
 }
 
+// Whether a built-in function reaches no code but its own: written in C, immutable (no SQL run
+// from a text argument, as query_to_xml does), and taking no argument that names other objects
+// whose functions it would call or that PostgreSQL passes internally (satisfies_hash_partition
+// takes a table's oid and "any", and calls the table's hash support functions).
+bool plain_function(const Form_pg_proc proc)
+{
+    if (proc->prolang != INTERNALlanguageId || proc->provolatile != PROVOLATILE_IMMUTABLE ||
+        OidIsValid(proc->provariadic))
+        return false;
+    for (int i = 0; i < proc->pronargs; ++i) {
+        switch (proc->proargtypes.values[i]) {
+        case ANYOID:
+        case INTERNALOID:
+        case CSTRINGOID:
+        case OIDOID:
+        case REGCLASSOID:
+        case REGTYPEOID:
+        case REGPROCOID:
+        case REGPROCEDUREOID:
+        case REGOPEROID:
+        case REGOPERATOROID:
+        case REGCONFIGOID:
+        case REGDICTIONARYOID:
+        case REGNAMESPACEOID:
+        case REGROLEOID:
+        case REGCOLLATIONOID:
+            return false;
+        default:
+            break;
+        }
+    }
+    return true;
+}
+
 // Whether node (a stored index predicate, a CHECK constraint, a column default) uses only
 // built-in operators and functions written in C, on plain types (no SQL or PL function, nothing
 // resolved by name, nothing run as the caller but PostgreSQL's own code), in the node kinds such
@@ -331,11 +392,11 @@ bool not_plain(Node* node, void*)
         if (opno >= FirstNormalObjectId || fn >= FirstNormalObjectId || !OidIsValid(fn))
             return true;
         HeapTuple t = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-        bool internal = HeapTupleIsValid(t) &&
-                        reinterpret_cast<Form_pg_proc>(GETSTRUCT(t))->prolang == INTERNALlanguageId;
+        bool plain =
+            HeapTupleIsValid(t) && plain_function(reinterpret_cast<Form_pg_proc>(GETSTRUCT(t)));
         if (HeapTupleIsValid(t))
             ReleaseSysCache(t);
-        if (!internal)
+        if (!plain)
             return true;
         break;
     }
@@ -477,7 +538,8 @@ bool learn_errors(Shape& s)
     TupleDesc desc = RelationGetDescr(errors);
     bool ok = errors->trigdesc == nullptr && !errors->rd_rel->relrowsecurity &&
               errors->rd_rules == nullptr && errors->rd_rel->relkind == RELKIND_RELATION &&
-              !errors->rd_rel->relispartition && errors->rd_rel->relam == HEAP_TABLE_AM_OID &&
+              !errors->rd_rel->relispartition && !errors->rd_rel->relhassubclass &&
+              errors->rd_rel->relam == HEAP_TABLE_AM_OID &&
               (desc->constr == nullptr || (!desc->constr->has_generated_stored &&
                                            !jobcap_has_generated_virtual(desc->constr)));
     for (int c = 0; ok && c < kErrorColumns; ++c) {
@@ -603,7 +665,7 @@ bool learn_shape()
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
         s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
-                   index_on(s.jobs_claim, s.jobs, claim, 4) &&
+                   index_on(s.jobs_claim, s.jobs, claim, 4, s.job[kState], s.pending) &&
                    index_on(s.queues_pkey, s.queues, qkey, 1) &&
                    index_on(s.grants_pkey, s.grants, gkey, 1) &&
                    s.grant_grantee != InvalidAttrNumber;
@@ -639,13 +701,18 @@ struct Op {
     Relation* opened;  // with cached indexes: those opened so far (indexes.oids' order)
 };
 
-void begin(Op& op)
+// cmd: the statement's command (UPDATE for the settles and claims, INSERT for enqueues, SELECT
+// ... FOR NO KEY UPDATE for assert_fence): an UPDATE checks the replica identity of a published
+// table when it starts, whether or not it then finds a row.
+void begin(Op& op, CmdType cmd = CMD_UPDATE)
 {
     CommandCounterIncrement();
     op.snapshot = RegisterSnapshot(GetTransactionSnapshot());
     PushActiveSnapshot(op.snapshot);
     op.cid = GetCurrentCommandId(true);
     op.rel = table_open(shape.jobs, RowExclusiveLock);
+    if (cmd != CMD_SELECT)
+        CheckCmdReplicaIdentity(op.rel, cmd);
     op.estate = CreateExecutorState();
     op.result = makeNode(ResultRelInfo);
     // No range table entry (index 0): nothing here needs one (no triggers, no permissions
@@ -855,6 +922,7 @@ bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence)
     Datum queue = slot_getattr(op.found, shape.job[kQueue], &isnull);
     if (isnull || !may_work(access, queue, op.snapshot))
         return false;
+    queue = datumCopy(queue, false, -1);  // the slot's buffer tuple is replaced by the lock
 
     ItemPointerData tid = op.found->tts_tid;
     TM_FailureData failure;
@@ -863,7 +931,15 @@ bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence)
                          LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
     if (r != TM_Ok)
         return false;  // deleted meanwhile, or changed by this very command
-    return int8_of(op.found, kFence) == fence && state_of(op.found) == shape.running;
+    if (int8_of(op.found, kFence) != fence || state_of(op.found) != shape.running)
+        return false;
+    // The statement's grant check is part of its WHERE clause: EvalPlanQual evaluates it on the
+    // latest version too, whose queue a DBA may have changed meanwhile.
+    Datum latest = slot_getattr(op.found, shape.job[kQueue], &isnull);
+    return !isnull &&
+           (access.privileged ||
+            DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, latest, queue)) ||
+            may_work(access, latest, op.snapshot));
 }
 
 // Replaces column c in the next update().
@@ -881,7 +957,6 @@ void set(Op& op, JobColumn c, Datum value, bool isnull = false)
 void update(Op& op)
 {
     TupleDesc desc = RelationGetDescr(op.rel);
-    CheckCmdReplicaIdentity(op.rel, CMD_UPDATE);
     bool should_free = false;
     HeapTuple old = ExecFetchSlotHeapTuple(op.found, false, &should_free);
     HeapTuple fresh = heap_modify_tuple(old, desc, op.values, op.nulls, op.replace);
@@ -1077,7 +1152,7 @@ bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bo
 bool assert_fence(const Access& access, int64 job_id, int64 fence)
 {
     Op op;
-    begin(op);
+    begin(op, CMD_SELECT);
     bool done = lock_current(op, access, job_id, fence);
     end(op);
     return done;
@@ -1200,7 +1275,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
             int64* ids, bool* notify)
 {
     Op op;
-    begin(op);
+    begin(op, CMD_INSERT);
     QueueRow q;
     if (!read_queue(op, queue, &q) || !may_work(access, queue, op.snapshot)) {
         end(op);
@@ -1210,7 +1285,6 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         return -1;
     }
     *notify = q.notify;
-    CheckCmdReplicaIdentity(op.rel, CMD_INSERT);
 
     // Every column as the SQL path's INSERT sets it: listed ones from the call, the rest their
     // (constant) defaults.
@@ -1311,6 +1385,8 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
     ResultRelInfo* result = makeNode(ResultRelInfo);
     InitResultRelInfo(result, errors, 0, nullptr, 0);
     ExecOpenIndices(result, false);
+    // The statement's DELETE checks it when it starts, whether or not it deletes a row.
+    CheckCmdReplicaIdentity(errors, CMD_DELETE);
     int64 job_id = int8_of(op.next, kJobId);
     // DELETE ... WHERE job_id = $job AND seq <= (the seq of the job's row at OFFSET
     // greatest(error_history - 1, 0), newest first): the rows from that position on, newest first.
@@ -1329,7 +1405,6 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
         Datum seq = slot_getattr(seen, shape.error[kESeq], &isnull);
         if (position == keep)
             bound = isnull ? 0 : DatumGetInt64(seq);
-        CheckCmdReplicaIdentity(errors, CMD_DELETE);
         ItemPointerData tid = seen->tts_tid;
         TM_FailureData failure;
         TM_Result r = table_tuple_delete(errors, &tid, op.cid, op.snapshot, InvalidSnapshot, true,
@@ -1390,7 +1465,8 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
             Oid user = InvalidOid;
             int context = 0;
             GetUserIdAndSecContext(&user, &context);
-            SetUserIdAndSecContext(access.owner, context | SECURITY_LOCAL_USERID_CHANGE);
+            SetUserIdAndSecContext(access.owner, context | SECURITY_LOCAL_USERID_CHANGE |
+                                                     SECURITY_RESTRICTED_OPERATION);
             ExecConstraints(result, slot, op.estate);
             SetUserIdAndSecContext(user, context);
         }

@@ -19,7 +19,7 @@ BEGIN
   RETURN 1;
 END $$;
 ALTER TABLE jobcap.job_errors ADD CONSTRAINT r5_audit
-  CHECK (pg_catalog.query_to_xml('select public.r5_probe()', false, false, '') IS NOT NULL);
+  CHECK (pg_catalog.query_to_xml('select public.r5_probe()', false, false, '') IS NOT NULL) NOT VALID;
 CREATE ROLE r5_check_worker;
 GRANT jobcap_worker TO r5_check_worker;
 SELECT jobcap.grant_queue('r5_xq', 'r5_check_worker');
