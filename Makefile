@@ -32,7 +32,8 @@ REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch tr
           direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
           direct_domains direct_default_fold direct_opclass direct_default_code \
           direct_partition direct_ids_order direct_prune_index direct_replica_identity \
-          direct_check_sql direct_predicate_code direct_errors_inherit review6_array_eq_opclass
+          direct_check_sql direct_predicate_code direct_errors_inherit review6_array_eq_opclass \
+          review6_default_array_eq
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
