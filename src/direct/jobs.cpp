@@ -331,16 +331,22 @@ bool plain_type(Oid t)
 }
 
 // Whether a built-in function reaches no code but its own: written in C, immutable (no SQL run
-// from a text argument, as query_to_xml does), and taking no argument that names other objects
-// whose functions it would call or that PostgreSQL passes internally (satisfies_hash_partition
-// takes a table's oid and "any", and calls the table's hash support functions).
+// from a text argument, as query_to_xml does), and taking no polymorphic argument and none that
+// names other objects whose functions it would call (satisfies_hash_partition takes a table's
+// oid and "any", and calls the table's hash support functions).
 bool plain_function(const Form_pg_proc proc)
 {
     if (proc->prolang != INTERNALlanguageId || proc->provolatile != PROVOLATILE_IMMUTABLE ||
         OidIsValid(proc->provariadic))
         return false;
     for (int i = 0; i < proc->pronargs; ++i) {
-        switch (proc->proargtypes.values[i]) {
+        // A polymorphic argument (anyarray, anyrange, record, ...) makes the function call the
+        // operators of whatever type it gets, which a DBA may have written (array_eq calls the
+        // element type's default operator class). Enums compare by their labels' order only.
+        Oid arg = proc->proargtypes.values[i];
+        if (arg != ANYENUMOID && get_typtype(arg) == TYPTYPE_PSEUDO)
+            return false;
+        switch (arg) {
         case ANYOID:
         case INTERNALOID:
         case CSTRINGOID:
@@ -907,7 +913,7 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
 // (fence, running) of a queue the caller may work, locks its latest version FOR NO KEY UPDATE
 // (waiting, as UPDATE does) and checks the same on it (the statement's EvalPlanQual). True with
 // the locked version in op.found.
-bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence)
+bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence, bool same_queue = false)
 {
     Relation index = open_index(op, shape.jobs_pkey);
     ScanKeyData key;
@@ -934,12 +940,14 @@ bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence)
     if (int8_of(op.found, kFence) != fence || state_of(op.found) != shape.running)
         return false;
     // The statement's grant check is part of its WHERE clause: EvalPlanQual evaluates it on the
-    // latest version too, whose queue a DBA may have changed meanwhile.
+    // latest version too, whose queue a DBA may have changed meanwhile. fail_job's statement
+    // also joins the queue's row as its scan read it: a job moved to another queue matches none.
     Datum latest = slot_getattr(op.found, shape.job[kQueue], &isnull);
-    return !isnull &&
-           (access.privileged ||
-            DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, latest, queue)) ||
-            may_work(access, latest, op.snapshot));
+    bool same = !isnull &&
+                DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, latest, queue));
+    if (same_queue)
+        return same;
+    return !isnull && (access.privileged || same || may_work(access, latest, op.snapshot));
 }
 
 // Replaces column c in the next update().
@@ -1488,10 +1496,14 @@ bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_
 {
     Op op;
     begin(op);
+    // The statement's DELETE from job_errors checks the replica identity when it starts.
+    Relation errors = table_open(shape.errors, RowExclusiveLock);
+    CheckCmdReplicaIdentity(errors, CMD_DELETE);
+    table_close(errors, NoLock);
     // The statement joins the job's queue: a job whose queue is gone matches no row.
     QueueRow q;
     bool isnull = false;
-    bool done = lock_current(op, access, job_id, fence) &&
+    bool done = lock_current(op, access, job_id, fence, true) &&
                 read_queue(op, slot_getattr(op.found, shape.job[kQueue], &isnull), &q);
     if (done) {
         // The cap rule (JOBCAP_CAP, spi/cap.hpp): attempts >= cap is NULL, hence a retry, for

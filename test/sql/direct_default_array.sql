@@ -1,4 +1,4 @@
--- The same as review6_array_eq_opclass for a column default: a DBA adds a column to jobcap.jobs
+-- The same as direct_array_opclass for a column default: a DBA adds a column to jobcap.jobs
 -- whose default compares two json[] constants with the built-in array equality. learn_defaults
 -- accepts it (not_plain: built-in operator and types) and folds it (eval_const_expressions) as
 -- the enqueuing worker, under the worker's search_path: the DBA's json equality (an SQL function
@@ -17,19 +17,9 @@ CREATE OPERATOR CLASS public.r6_json_ops DEFAULT FOR TYPE json USING hash AS
 ALTER TABLE jobcap.jobs ADD COLUMN r6_flag bool
   DEFAULT ('{"{}"}'::json[] OPERATOR(pg_catalog.=) '{"{}"}'::json[]);
 SELECT jobcap.create_queue('r6_dq');
- create_queue 
---------------
- 
-(1 row)
-
 CREATE ROLE r6_dworker;
 GRANT jobcap_worker TO r6_dworker;
 SELECT jobcap.grant_queue('r6_dq', 'r6_dworker');
- grant_queue 
--------------
- t
-(1 row)
-
 CREATE SCHEMA r6_devil AUTHORIZATION r6_dworker;
 \c
 SET ROLE r6_dworker;
@@ -40,34 +30,14 @@ BEGIN
 END $$;
 SET search_path = r6_devil, pg_catalog;
 SELECT count(*) FROM (SELECT jobcap.enqueue_job('r6_dq', '{}') FROM generate_series(1, 3)) e;
- count 
--------
-     3
-(1 row)
-
 RESET search_path;
 RESET ROLE;
 -- SQL path: no row.
 SELECT who, path, count(*) FROM public.r6_who GROUP BY 1, 2;
- who | path | count 
------+------+-------
-(0 rows)
-
 SELECT r6_flag, count(*) FROM jobcap.jobs WHERE queue = 'r6_dq' GROUP BY 1;
- r6_flag | count 
----------+-------
- t       |     3
-(1 row)
-
 SELECT jobcap.drop_queue('r6_dq', force => true);
- drop_queue 
-------------
- 
-(1 row)
-
 ALTER TABLE jobcap.jobs DROP COLUMN r6_flag;
 DROP SCHEMA r6_devil CASCADE;
-NOTICE:  drop cascades to function r6_devil.texteq(text,text)
 DROP OPERATOR CLASS public.r6_json_ops USING hash;
 DROP OPERATOR FAMILY public.r6_json_ops USING hash;
 DROP OPERATOR public.= (json, json);
