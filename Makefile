@@ -42,7 +42,8 @@ ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_rec
             refresh_race stats_late_commit rollback_count_race max_running_race \
             pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
             release_races notify_retry direct_stale_shape direct_default_race direct_prune_race \
-            direct_prune_races direct_queue_moved direct_queue_moved_granted
+            direct_prune_races direct_queue_moved direct_queue_moved_granted \
+            review7_queue_moved_settles
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1
