@@ -33,8 +33,8 @@ REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch tr
           direct_domains direct_default_fold direct_opclass direct_default_code \
           direct_partition direct_ids_order direct_prune_index direct_replica_identity \
           direct_check_sql direct_predicate_code direct_errors_inherit direct_array_opclass \
-          direct_default_array direct_fail_identity review7_grant_collation \
-          review7_queue_collation
+          direct_default_array direct_fail_identity direct_grant_collation \
+          direct_queue_collation
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
@@ -43,7 +43,7 @@ ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_rec
             pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
             release_races notify_retry direct_stale_shape direct_default_race direct_prune_race \
             direct_prune_races direct_queue_moved direct_queue_moved_granted \
-            review7_queue_moved_settles
+            direct_queue_moved_settles
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1

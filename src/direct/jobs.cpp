@@ -299,6 +299,15 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
     for (int i = 0; ok && i < nkeys; ++i)
         ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i] &&
              (option == nullptr || option->values[i] == 0);  // ascending, nulls last
+    // Keys compared under the columns' collation, the database's (learn_shape requires it of
+    // the columns): under another (a case-insensitive one) a scan for one queue's key would
+    // find another queue's row.
+    Datum collations = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indcollation, &isnull);
+    const oidvector* collation =
+        isnull ? nullptr : reinterpret_cast<const oidvector*>(DatumGetPointer(collations));
+    for (int i = 0; ok && i < nkeys; ++i)
+        ok = collation != nullptr &&
+             (!OidIsValid(collation->values[i]) || collation->values[i] == DEFAULT_COLLATION_OID);
     ReleaseSysCache(t);
     if (ok) {
         t = SearchSysCache1(RELOID, ObjectIdGetDatum(idx));
@@ -850,6 +859,10 @@ bool may_work(const Access& access, Datum queue, Snapshot snapshot)
     bool may = false;
     for (HeapTuple t; !may && HeapTupleIsValid(t = systable_getnext(scan));) {
         bool isnull = false;
+        Datum granted = heap_getattr(t, shape.grant_queue, RelationGetDescr(grants), &isnull);
+        if (isnull ||
+            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, granted, queue)))
+            continue;  // as the statements compare it
         Datum grantee = heap_getattr(t, shape.grant_grantee, RelationGetDescr(grants), &isnull);
         if (isnull)
             continue;
@@ -885,6 +898,12 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
     SysScanDesc scan = systable_beginscan(queues, shape.queues_pkey, true, op.snapshot, 1, &key);
     HeapTuple q = systable_getnext(scan);
     bool found = HeapTupleIsValid(q);
+    if (found) {  // the row's own queue, as the statements compare it
+        bool isnull = false;
+        Datum name = heap_getattr(q, shape.queue[kQQueue], RelationGetDescr(queues), &isnull);
+        found = !isnull &&
+                DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue));
+    }
     *row = QueueRow{};
     if (found) {
         TupleDesc desc = RelationGetDescr(queues);
