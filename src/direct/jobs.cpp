@@ -792,6 +792,25 @@ Relation open_index(Op& op, Oid index)
     elog(ERROR, "jobcap: index %u of jobcap.jobs is not open", index);
 }
 
+// A new row of natts columns, every one its learnt default (learn_defaults) until set.
+struct NewRow {
+    Datum* values;
+    bool* nulls;
+    void set(AttrNumber column, Datum value, bool isnull)
+    {
+        values[column - 1] = value;
+        nulls[column - 1] = isnull;
+    }
+};
+NewRow new_row(int natts, const Datum* defaults, const bool* default_nulls)
+{
+    NewRow row = {static_cast<Datum*>(palloc(sizeof(Datum) * natts)),
+                  static_cast<bool*>(palloc(sizeof(bool) * natts))};
+    memcpy(row.values, defaults, sizeof(Datum) * natts);
+    memcpy(row.nulls, default_nulls, sizeof(bool) * natts);
+    return row;
+}
+
 // ExecInsertIndexTuples for the cached indexes: the new version (slot) goes into each index
 // whose predicate it passes. After an update, an index none of whose columns it replaced is
 // hinted as unchanged (bottom-up deletion of the old version's duplicates, as the executor
@@ -1316,13 +1335,9 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
     // Every column as the SQL path's INSERT sets it: listed ones from the call, the rest their
     // (constant) defaults.
     TupleDesc desc = RelationGetDescr(op.rel);
-    Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
-    bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
-    memcpy(values, shape.defaults, sizeof(Datum) * desc->natts);
-    memcpy(nulls, shape.default_nulls, sizeof(bool) * desc->natts);
+    NewRow row = new_row(desc->natts, shape.defaults, shape.default_nulls);
     auto put = [&](JobColumn c, Datum value, bool isnull) {
-        values[shape.job[c] - 1] = value;
-        nulls[shape.job[c] - 1] = isnull;
+        row.set(shape.job[c], value, isnull);
     };
     put(kQueue, queue, false);
     put(kRunAt, TimestampTzGetDatum(v.run_at), false);
@@ -1350,7 +1365,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
             ids[first + i] = id;
             put(kJobId, Int64GetDatum(id), false);
             put(kPayload, payloads[first + i], false);
-            ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
+            ExecStoreHeapTuple(heap_form_tuple(desc, row.values, row.nulls), slots[i], true);
         }
         table_multi_insert(op.rel, slots, count, op.cid, 0, nullptr);
         MemoryContextSwitchTo(caller);
@@ -1368,8 +1383,8 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
     for (int i = 0; i < chunk; ++i)
         ExecDropSingleTupleTableSlot(slots[i]);
     pfree(slots);
-    pfree(values);
-    pfree(nulls);
+    pfree(row.values);
+    pfree(row.nulls);
     end(op);
     return n;
 }
@@ -1404,16 +1419,13 @@ Datum backoff(int32 attempt, Datum base, Datum max)
 // op.next (unless jobcap.error_history is 0) — in the order the statement's ModifyTable nodes
 // run its two CTEs (what logical decoding shows), with the same outcome: the statement's DELETE
 // does not see its INSERT's row either.
-void add_history(Op& op, const Access& access, const char* kind, Datum error, bool no_error,
-                 TimestampTz at)
+void add_history(Op& op, Relation errors, const Access& access, const char* kind, Datum error,
+                 bool no_error, TimestampTz at)
 {
-    Relation errors = table_open(shape.errors, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(errors);
     ResultRelInfo* result = makeNode(ResultRelInfo);
     InitResultRelInfo(result, errors, 0, nullptr, 0);
     ExecOpenIndices(result, false);
-    // The statement's DELETE checks it when it starts, whether or not it deletes a row.
-    CheckCmdReplicaIdentity(errors, CMD_DELETE);
     int64 job_id = int8_of(op.next, kJobId);
     // DELETE ... WHERE job_id = $job AND seq <= (the seq of the job's row at OFFSET
     // greatest(error_history - 1, 0), newest first): the rows from that position on, newest first.
@@ -1463,13 +1475,9 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
     index_close(index, NoLock);
 
     if (guc_error_history > 0) {
-        Datum* values = static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts));
-        bool* nulls = static_cast<bool*>(palloc(sizeof(bool) * desc->natts));
-        memcpy(values, shape.error_defaults, sizeof(Datum) * desc->natts);
-        memcpy(nulls, shape.error_default_nulls, sizeof(bool) * desc->natts);
+        NewRow row = new_row(desc->natts, shape.error_defaults, shape.error_default_nulls);
         auto put = [&](ErrorColumn c, Datum value, bool isnull) {
-            values[shape.error[c] - 1] = value;
-            nulls[shape.error[c] - 1] = isnull;
+            row.set(shape.error[c], value, isnull);
         };
         auto copy = [&](ErrorColumn c, JobColumn from) {
             bool isnull = false;
@@ -1485,7 +1493,7 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
         put(kEError, error, no_error);
         put(kEAt, TimestampTzGetDatum(at), false);
         TupleTableSlot* slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
-        ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slot, true);
+        ExecStoreHeapTuple(heap_form_tuple(desc, row.values, row.nulls), slot, true);
         if (desc->constr != nullptr) {
             // NOT NULL and CHECK, as ExecInsert checks them, as the tables' owner (whom the
             // SQL path runs as: a violation's detail shows the row to whoever may read it).
@@ -1504,7 +1512,6 @@ void add_history(Op& op, const Access& access, const char* kind, Datum error, bo
         ExecDropSingleTupleTableSlot(slot);
     }
     ExecCloseIndices(result);
-    table_close(errors, NoLock);  // as a statement's locks: held to the end of the transaction
 }
 
 }  // namespace
@@ -1515,10 +1522,10 @@ bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_
 {
     Op op;
     begin(op);
-    // The statement's DELETE from job_errors checks the replica identity when it starts.
+    // The statement's DELETE from job_errors checks the replica identity when it starts,
+    // whether or not it then deletes a row.
     Relation errors = table_open(shape.errors, RowExclusiveLock);
     CheckCmdReplicaIdentity(errors, CMD_DELETE);
-    table_close(errors, NoLock);
     // The statement joins the job's queue: a job whose queue is gone matches no row.
     QueueRow q;
     bool isnull = false;
@@ -1545,12 +1552,13 @@ bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_
         }
         set(op, kLeaseExpiresAt, (Datum) 0, true);
         update(op);
-        add_history(op, access, kind, error, no_error, now);
+        add_history(op, errors, access, kind, error, no_error, now);
         *state = ObjectIdGetDatum(dead ? shape.dead : shape.pending);
         *wake = !dead && q.notify
                     ? TextDatumGetCString(slot_getattr(op.next, shape.job[kQueue], &isnull))
                     : nullptr;
     }
+    table_close(errors, NoLock);  // as a statement's locks: held to the end of the transaction
     end(op);
     return done;
 }
