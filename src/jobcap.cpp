@@ -24,6 +24,7 @@ int guc_reap_interval_ms = 1000;
 int guc_report_interval_s = 60;
 int guc_succeeded_retention_s = 86400;
 int guc_dead_retention_s = 0;
+bool guc_vacuum = true;
 
 }  // namespace jobcap
 
@@ -108,6 +109,14 @@ extern "C" void _PG_init(void)
                             "worker deletes them.",
                             "0 (the default) keeps them forever.", &jobcap::guc_dead_retention_s, 0,
                             0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "jobcap.vacuum",
+        "Lets the background worker vacuum jobcap.jobs between autovacuum's visits.",
+        "Every jobcap.reap_interval the worker applies autovacuum's threshold for jobcap.jobs and "
+        "vacuums the table when it is crossed, instead of waiting for autovacuum_naptime: claims "
+        "step over the index entries of every job claimed since the last vacuum. Off, or with "
+        "autovacuum off for the server or the table, only autovacuum vacuums it.",
+        &jobcap::guc_vacuum, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     jobcap::define_stats_settings();
     MarkGUCPrefixReserved("jobcap");
 

@@ -19,6 +19,7 @@ extern int guc_reap_interval_ms;       // jobcap.reap_interval
 extern int guc_report_interval_s;      // jobcap.report_interval
 extern int guc_succeeded_retention_s;  // jobcap.succeeded_retention, 0 = keep forever
 extern int guc_dead_retention_s;       // jobcap.dead_retention, 0 = keep forever
+extern bool guc_vacuum;                // jobcap.vacuum: the worker vacuums jobcap.jobs too
 
 // jobcap.database (src/launcher.cpp): its check hook (needs pg.hpp included first), whether it
 // says '*', and whether it selects a database.

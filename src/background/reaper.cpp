@@ -21,9 +21,15 @@
 extern "C" {
 #include "storage/lock.h"
 #include "access/xlog.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
+#include "commands/vacuum.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_node.h"
 #include "pgstat.h"
+#include "postmaster/autovacuum.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -31,7 +37,10 @@ extern "C" {
 #include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
+#include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
 #include "utils/varlena.h"
@@ -65,6 +74,8 @@ constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
 constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
+constexpr int kVacuumFactorMax = 64;      // vacuums that free little wait for this many times
+                                          // autovacuum's threshold of new dead rows, at most
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
 // objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
 // can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
@@ -112,7 +123,10 @@ struct StepState {
 
 struct Worker {
     char database[NAMEDATALEN];
-    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling;
+    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling,
+        vacuuming;
+    int64 vacuum_left;  // dead rows of jobcap.jobs that the worker's last vacuum left
+    int vacuum_factor;  // how many thresholds of new dead rows start the next vacuum
     bool extension_known;  // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
@@ -538,7 +552,166 @@ bool in_batches(StepState& state, const StepMessages& says, Step step)
     return true;
 }
 
-// One cycle: reap, count, prune, maybe report, each step backing off on its own. Returns how
+// Vacuuming jobcap.jobs. A claim walks the claim index from its queue's first entry, over the
+// entries of every job claimed since the table was last vacuumed: they point to dead rows and
+// stay, marked dead, until VACUUM removes them and frees their pages. Autovacuum looks at the
+// table once per autovacuum_naptime (a minute by default); at thousands of jobs a second the
+// claims of that minute walk hundreds of index pages each, and spend most of the server's CPU
+// doing it (measured in docs/worker.md). So the worker applies autovacuum's own rule for the
+// table (dead rows above autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
+// table's settings first) every cycle, and runs VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs
+// itself when it holds. Never with autovacuum off, for the server or for the table
+// (autovacuum_enabled), or with jobcap.vacuum off. Rows that a snapshot still sees stay dead
+// after a vacuum: the next waits for a threshold of new dead rows beyond those, and a vacuum
+// that freed less than half of what it was started for doubles that wait (kVacuumFactorMax).
+struct JobsStats {
+    bool enabled;      // autovacuum_enabled for the table
+    int64 dead;        // pg_stat_get_dead_tuples
+    int64 threshold;   // autovacuum's vacuum threshold for the table
+};
+JobsStats jobs_stats;
+
+const StepMessages kVacuuming = {
+    "jobcap: vacuuming jobcap.jobs",
+    "jobcap reaper could not vacuum jobcap.jobs in database \"%s\", trying again in %ld ms",
+    nullptr};
+
+uint64 read_jobs_stats_step(int32)
+{
+    Oid relid = get_relname_relid("jobs", get_namespace_oid("jobcap", false));
+    if (!OidIsValid(relid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"jobcap.jobs\" does not exist")));
+    Relation rel = table_open(relid, AccessShareLock);
+    const auto* options = reinterpret_cast<const StdRdOptions*>(rel->rd_options);
+    int base = autovacuum_vac_thresh;
+    double scale = autovacuum_vac_scale;
+    jobs_stats.enabled = true;
+    if (options != nullptr) {
+        jobs_stats.enabled = options->autovacuum.enabled;
+        if (options->autovacuum.vacuum_threshold >= 0)
+            base = options->autovacuum.vacuum_threshold;
+        if (options->autovacuum.vacuum_scale_factor >= 0)
+            scale = options->autovacuum.vacuum_scale_factor;
+    }
+    double rows = Max((double) rel->rd_rel->reltuples, 0.0);
+    table_close(rel, AccessShareLock);
+    jobs_stats.threshold = (int64) (base + scale * rows);
+    jobs_stats.dead =
+        DatumGetInt64(DirectFunctionCall1(pg_stat_get_dead_tuples, ObjectIdGetDatum(relid)));
+    return 1;
+}
+
+// VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs, as a top-level statement of this process: VACUUM
+// runs its own transactions. Its memory lives in a context of its own under PortalContext, as in
+// an autovacuum worker. Never raises ERROR (see in_transaction).
+Outcome vacuum_jobs(ErrorData** error)
+{
+    MemoryContext caller = CurrentMemoryContext;
+    MemoryContext portal =
+        AllocSetContextCreate(TopMemoryContext, "jobcap vacuum", ALLOCSET_DEFAULT_SIZES);
+    MemoryContext saved_portal = PortalContext;
+    uint32 holdoff = InterruptHoldoffCount;
+    volatile Outcome outcome = Outcome::done;
+
+    *error = nullptr;
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PG_TRY();
+    {
+        pgstat_report_activity(STATE_RUNNING, kVacuuming.activity);
+        PortalContext = portal;
+        MemoryContextSwitchTo(portal);
+        VacuumStmt* stmt = makeNode(VacuumStmt);
+        stmt->options = list_make2(makeDefElem(pstrdup("skip_locked"), nullptr, -1),
+                                   makeDefElem(pstrdup("parallel"), (Node*) makeInteger(0), -1));
+        stmt->rels = list_make1(
+            makeVacuumRelation(makeRangeVar(pstrdup("jobcap"), pstrdup("jobs"), -1), InvalidOid, NIL));
+        stmt->is_vacuumcmd = true;
+        ExecVacuum(make_parsestate(nullptr), stmt, true);
+        CommitTransactionCommand();
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(caller);
+        ErrorData* e = CopyErrorData();
+        FlushErrorState();
+        AbortCurrentTransaction();
+        InterruptHoldoffCount = holdoff;
+        *error = e;
+        outcome =
+            (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+                ? Outcome::timed_out
+                : Outcome::failed;
+    }
+    PG_END_TRY();
+    PortalContext = saved_portal;
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(portal);
+    if (outcome == Outcome::failed && !extension_exists_now()) {
+        FreeErrorData(*error);
+        *error = nullptr;
+        outcome = Outcome::absent;
+    }
+    pgstat_report_stat(false);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    return outcome;
+}
+
+// The vacuum step of a cycle. Returns false when the extension is not installed.
+bool vacuum_if_due()
+{
+    if (!guc_vacuum || !AutoVacuumingActive() || GetCurrentTimestamp() < w.vacuuming.resume_at)
+        return true;
+    uint64 rows = 0;
+    ErrorData* error = nullptr;
+    Outcome outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
+    if (outcome == Outcome::absent)
+        return false;
+    if (outcome != Outcome::done) {
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        return true;
+    }
+    JobsStats before = jobs_stats;
+    // Another vacuum (autovacuum's, a DBA's) may have removed what ours left.
+    w.vacuum_left = Min(w.vacuum_left, before.dead);
+    int64 wanted = before.dead - w.vacuum_left;
+    if (!before.enabled || wanted <= before.threshold * w.vacuum_factor)
+        return true;
+
+    TimestampTz started = GetCurrentTimestamp();
+    outcome = vacuum_jobs(&error);
+    if (outcome == Outcome::absent)
+        return false;
+    if (outcome != Outcome::done) {
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        return true;
+    }
+    long ms = (long) ((GetCurrentTimestamp() - started) / 1000);
+    outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
+    if (outcome == Outcome::absent)
+        return false;
+    if (outcome != Outcome::done) {
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        return true;
+    }
+    int64 left = jobs_stats.dead;
+    bool freed_enough = before.dead - left >= wanted / 2;
+    w.vacuum_factor = freed_enough ? 1 : Min(w.vacuum_factor * 2, kVacuumFactorMax);
+    w.vacuum_left = left;
+    w.vacuuming.failures = 0;
+    ereport(DEBUG1,
+            (errmsg("jobcap reaper vacuumed jobcap.jobs in database \"%s\" in %ld ms: %lld dead "
+                    "rows before, %lld after",
+                    w.database, ms, (long long) before.dead, (long long) left),
+             freed_enough ? 0
+                          : errdetail("Most dead rows are still visible to some snapshot: the "
+                                      "next vacuum waits for %lld new dead rows.",
+                                      (long long) (before.threshold * w.vacuum_factor))));
+    return true;
+}
+
+// One cycle: reap, count, prune, vacuum, maybe report, each step backing off on its own. Returns how
 // long to wait before the next.
 long cycle()
 {
@@ -562,6 +735,9 @@ long cycle()
         !in_batches(w.pruning_succeeded, kPruningSucceeded, prune_succeeded_step))
         return extension_absent();
     if (guc_dead_retention_s > 0 && !in_batches(w.pruning_dead, kPruningDead, prune_dead_step))
+        return extension_absent();
+    // After the prunes, whose deletes count as dead rows too.
+    if (!vacuum_if_due())
         return extension_absent();
 
     TimestampTz now = GetCurrentTimestamp();
@@ -619,7 +795,9 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
     w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = w.counting_rollbacks =
-        w.scheduling = StepState{kBatchMax, 0, 0};
+        w.scheduling = w.vacuuming = StepState{kBatchMax, 0, 0};
+    w.vacuum_left = 0;
+    w.vacuum_factor = 1;
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
