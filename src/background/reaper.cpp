@@ -35,6 +35,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/fmgrprotos.h"
@@ -125,9 +126,10 @@ struct Worker {
     char database[NAMEDATALEN];
     StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling,
         vacuuming;
-    int64 vacuum_left;  // dead rows of jobcap.jobs that the worker's last vacuum left
-    int vacuum_factor;  // how many thresholds of new dead rows start the next vacuum
-    bool extension_known;  // has the worker looked yet?
+    int64 vacuum_left;             // dead rows of jobcap.jobs that the worker's last vacuum left
+    int vacuum_factor;             // how many thresholds of new dead rows start the next vacuum
+    TransactionId vacuum_horizon;  // the table's xmin horizon after that vacuum
+    bool extension_known;          // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
@@ -562,12 +564,15 @@ bool in_batches(StepState& state, const StepMessages& says, Step step)
 // table's settings first) every cycle, and runs VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs
 // itself when it holds. Never with autovacuum off, for the server or for the table
 // (autovacuum_enabled), or with jobcap.vacuum off. Rows that a snapshot still sees stay dead
-// after a vacuum: the next waits for a threshold of new dead rows beyond those, and a vacuum
-// that freed less than half of what it was started for doubles that wait (kVacuumFactorMax).
+// after a vacuum: while the table's xmin horizon stays where it was, the next vacuum waits for
+// a threshold of new dead rows beyond those, and a vacuum that freed less than half of what it
+// was started for doubles that wait (kVacuumFactorMax); once the horizon moves on, the rule is
+// autovacuum's again.
 struct JobsStats {
-    bool enabled;      // autovacuum_enabled for the table
-    int64 dead;        // pg_stat_get_dead_tuples
-    int64 threshold;   // autovacuum's vacuum threshold for the table
+    bool enabled;           // autovacuum_enabled for the table
+    int64 dead;             // pg_stat_get_dead_tuples
+    int64 threshold;        // autovacuum's vacuum threshold for the table
+    TransactionId horizon;  // GetOldestNonRemovableTransactionId
 };
 JobsStats jobs_stats;
 
@@ -595,6 +600,7 @@ uint64 read_jobs_stats_step(int32)
             scale = options->autovacuum.vacuum_scale_factor;
     }
     double rows = Max((double) rel->rd_rel->reltuples, 0.0);
+    jobs_stats.horizon = GetOldestNonRemovableTransactionId(rel);
     table_close(rel, AccessShareLock);
     jobs_stats.threshold = (int64) (base + scale * rows);
     jobs_stats.dead =
@@ -625,8 +631,8 @@ Outcome vacuum_jobs(ErrorData** error)
         VacuumStmt* stmt = makeNode(VacuumStmt);
         stmt->options = list_make2(makeDefElem(pstrdup("skip_locked"), nullptr, -1),
                                    makeDefElem(pstrdup("parallel"), (Node*) makeInteger(0), -1));
-        stmt->rels = list_make1(
-            makeVacuumRelation(makeRangeVar(pstrdup("jobcap"), pstrdup("jobs"), -1), InvalidOid, NIL));
+        stmt->rels = list_make1(makeVacuumRelation(
+            makeRangeVar(pstrdup("jobcap"), pstrdup("jobs"), -1), InvalidOid, NIL));
         stmt->is_vacuumcmd = true;
         ExecVacuum(make_parsestate(nullptr), stmt, true);
         CommitTransactionCommand();
@@ -673,7 +679,14 @@ bool vacuum_if_due()
         return true;
     }
     JobsStats before = jobs_stats;
-    // Another vacuum (autovacuum's, a DBA's) may have removed what ours left.
+    // The snapshots that kept rows from the last vacuum may be gone; another vacuum
+    // (autovacuum's, a DBA's) may have removed what ours left.
+    if (TransactionIdIsValid(w.vacuum_horizon) &&
+        TransactionIdPrecedes(w.vacuum_horizon, before.horizon)) {
+        w.vacuum_left = 0;
+        w.vacuum_factor = 1;
+        w.vacuum_horizon = InvalidTransactionId;
+    }
     w.vacuum_left = Min(w.vacuum_left, before.dead);
     int64 wanted = before.dead - w.vacuum_left;
     if (!before.enabled || wanted <= before.threshold * w.vacuum_factor)
@@ -699,6 +712,7 @@ bool vacuum_if_due()
     bool freed_enough = before.dead - left >= wanted / 2;
     w.vacuum_factor = freed_enough ? 1 : Min(w.vacuum_factor * 2, kVacuumFactorMax);
     w.vacuum_left = left;
+    w.vacuum_horizon = jobs_stats.horizon;
     w.vacuuming.failures = 0;
     ereport(DEBUG1,
             (errmsg("jobcap reaper vacuumed jobcap.jobs in database \"%s\" in %ld ms: %lld dead "
@@ -798,6 +812,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
         w.scheduling = w.vacuuming = StepState{kBatchMax, 0, 0};
     w.vacuum_left = 0;
     w.vacuum_factor = 1;
+    w.vacuum_horizon = InvalidTransactionId;
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 

@@ -1,0 +1,121 @@
+# The worker vacuums jobcap.jobs (jobcap.vacuum): every cycle it applies autovacuum's threshold
+# for the table (autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
+# table's own settings: 1000 + 2%) and runs VACUUM itself when more rows than that have died
+# since its last vacuum. Autovacuum is on but looks only once a day here, so every vacuum
+# counted in pg_stat_user_tables.vacuum_count (manual vacuums; autovacuum's have their own
+# counter) is the worker's.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use JobcapTest;
+
+my $node = jobcap_node('vacuum', autovacuum_naptime => "'1d'", log_min_messages => 'debug1');
+$node->safe_psql('postgres', q{
+    CREATE EXTENSION jobcap;
+    SELECT jobcap.create_queue('v');
+    SELECT count(*) FROM unnest(jobcap.enqueue_jobs('v', array_fill('{}'::jsonb, ARRAY[3000])));
+    VACUUM ANALYZE jobcap.jobs;
+});
+my $threshold = 1000 + 0.02 * 3000;
+
+sub vacuums
+{
+	return $node->safe_psql('postgres', "SELECT vacuum_count || ' ' || autovacuum_count
+	    FROM pg_stat_user_tables WHERE relid = 'jobcap.jobs'::regclass");
+}
+
+sub dead
+{
+	return $node->safe_psql('postgres',
+		"SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobcap.jobs'::regclass");
+}
+
+# $n dead rows: updates of pending jobs' payloads, in one transaction of a session that ends (its
+# counts reach the statistics when it exits).
+sub kill_rows
+{
+	my ($n) = @_;
+	$node->safe_psql('postgres', "UPDATE jobcap.jobs SET payload = payload
+	    WHERE job_id IN (SELECT job_id FROM jobcap.jobs WHERE state = 'pending' LIMIT $n)");
+}
+
+# Claims and completions make dead rows the way a queue does.
+sub work
+{
+	my ($n) = @_;
+	$node->safe_psql('postgres', "SELECT jobcap.complete_jobs(array_agg(job_id), array_agg(fence))
+	    FROM jobcap.claim_job('v', 'w', $n)");
+}
+
+# Ten cycles of the worker (reap_interval is 100 ms) and a little more.
+sub some_cycles { usleep(1_500_000); }
+
+is(vacuums(), '1 0', 'only the VACUUM ANALYZE so far');
+
+my $offset = -s $node->logfile;
+work(700);    # 1400 dead rows
+ok(defined wait_until($node, "SELECT vacuum_count = 2 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'claims and completions past the threshold: the worker vacuums');
+is(vacuums(), '2 0', 'one vacuum, the worker\'s; none by autovacuum');
+ok(dead() < 100, 'the dead rows are gone');
+is(count_log($node, qr/jobcap reaper vacuumed jobcap\.jobs in database "postgres" in \d+ ms: \d+ dead rows before, \d+ after/, $offset),
+	1, 'the worker says so at DEBUG1');
+
+kill_rows(int($threshold * 0.8));
+some_cycles();
+is(vacuums(), '2 0', 'below the threshold: no vacuum');
+kill_rows(int($threshold * 0.4));
+ok(defined wait_until($node, "SELECT vacuum_count = 3 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'past it, counting the rows that died before: a vacuum');
+
+$node->safe_psql('postgres', "ALTER SYSTEM SET jobcap.vacuum = off; SELECT pg_reload_conf()");
+some_cycles();
+kill_rows(2000);
+some_cycles();
+is(vacuums(), '3 0', 'jobcap.vacuum = off: no vacuum');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET jobcap.vacuum; SELECT pg_reload_conf()");
+ok(defined wait_until($node, "SELECT vacuum_count = 4 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'on again: the rows that died meanwhile are vacuumed');
+
+$node->safe_psql('postgres', "ALTER TABLE jobcap.jobs SET (autovacuum_enabled = false)");
+kill_rows(2000);
+some_cycles();
+is(vacuums(), '4 0', 'autovacuum_enabled = false for the table: no vacuum');
+$node->safe_psql('postgres', "ALTER TABLE jobcap.jobs RESET (autovacuum_enabled)");
+ok(defined wait_until($node, "SELECT vacuum_count = 5 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'reset: vacuumed');
+
+# A snapshot that sees the rows about to die keeps them: the vacuum frees little, and the next
+# waits for twice the threshold of new dead rows, not for one more cycle.
+my $holder = $node->background_psql('postgres');
+$holder->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobcap.jobs");
+$offset = -s $node->logfile;
+kill_rows(int($threshold * 1.5));
+ok(defined wait_until($node, "SELECT vacuum_count = 6 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'held back: the worker vacuums once');
+ok(dead() >= int($threshold * 1.5), 'and the dead rows stay');
+is(count_log($node, qr/Most dead rows are still visible to some snapshot: the next vacuum waits for \d+ new dead rows/, $offset),
+	1, 'the worker says why it waits');
+kill_rows(int($threshold * 1.5));
+some_cycles();
+is(vacuums(), '6 0', 'one threshold of new dead rows is not enough now');
+kill_rows(int($threshold * 0.7));
+ok(defined wait_until($node, "SELECT vacuum_count = 7 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'twice the threshold is');
+$holder->query_safe("COMMIT");
+$holder->quit;
+kill_rows(int($threshold * 0.5));
+ok(defined wait_until($node, "SELECT n_dead_tup < 100 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.jobs'::regclass"), 'the snapshot gone, a vacuum frees them all');
+
+is($node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE state = 'pending') || ' '
+    || count(*) FILTER (WHERE state = 'succeeded') FROM jobcap.jobs"), '2300 700',
+	'no job changed by any of it');
+is(count_log($node, qr/could not vacuum/), 0, 'no vacuum failed');
+
+$node->stop;
+done_testing();
