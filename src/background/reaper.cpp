@@ -35,6 +35,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
@@ -75,6 +76,7 @@ constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
 constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
+constexpr int kVacuumTimeoutMs = 10000;   // a vacuum of jobcap.jobs is cancelled after this
 constexpr int kVacuumFactorMax = 64;      // vacuums that free little wait for this many times
                                           // autovacuum's threshold of new dead rows, at most
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
@@ -563,14 +565,22 @@ bool in_batches(StepState& state, const StepMessages& says, Step step)
 // table (dead rows above autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
 // table's settings first) every cycle, and runs VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs
 // itself when it holds. Never with autovacuum off, for the server or for the table
-// (autovacuum_enabled), or with jobcap.vacuum off. Rows that a snapshot still sees stay dead
+// (autovacuum_enabled), or with jobcap.vacuum off. The vacuum behaves like autovacuum's where it
+// could get in the way: it yields to a lock request it blocks (the process is flagged as an
+// autovacuum worker while it vacuums, so the waiter cancels it after deadlock_timeout), is
+// cancelled after kVacuumTimeoutMs (the worker reaps nothing meanwhile), does not truncate the
+// table (an AccessExclusiveLock replayed on standbys) and, from PostgreSQL 16, leaves the
+// database's frozen-xid horizon to autovacuum. A table locked by someone else is left for a later
+// cycle without a vacuum, or a word. Rows that a snapshot still sees stay dead
 // after a vacuum: while the table's xmin horizon stays where it was, the next vacuum waits for
 // a threshold of new dead rows beyond those, and a vacuum that freed less than half of what it
 // was started for doubles that wait (kVacuumFactorMax); once the horizon moves on, the rule is
 // autovacuum's again.
 struct JobsStats {
     bool enabled;           // autovacuum_enabled for the table
+    bool lockable;          // a VACUUM's lock on it is free now
     int64 dead;             // pg_stat_get_dead_tuples
+    int64 vacuums;          // pg_stat_get_vacuum_count: manual vacuums of the table so far
     int64 threshold;        // autovacuum's vacuum threshold for the table
     TransactionId horizon;  // GetOldestNonRemovableTransactionId
 };
@@ -602,15 +612,40 @@ uint64 read_jobs_stats_step(int32)
     double rows = Max((double) rel->rd_rel->reltuples, 0.0);
     jobs_stats.horizon = GetOldestNonRemovableTransactionId(rel);
     table_close(rel, AccessShareLock);
+    // VACUUM (SKIP_LOCKED) would skip a locked table with a WARNING; look first.
+    jobs_stats.lockable = ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock);
+    if (jobs_stats.lockable)
+        UnlockRelationOid(relid, ShareUpdateExclusiveLock);
     jobs_stats.threshold = (int64) (base + scale * rows);
     jobs_stats.dead =
         DatumGetInt64(DirectFunctionCall1(pg_stat_get_dead_tuples, ObjectIdGetDatum(relid)));
+    jobs_stats.vacuums =
+        DatumGetInt64(DirectFunctionCall1(pg_stat_get_vacuum_count, ObjectIdGetDatum(relid)));
     return 1;
 }
 
-// VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs, as a top-level statement of this process: VACUUM
-// runs its own transactions. Its memory lives in a context of its own under PortalContext, as in
-// an autovacuum worker. Never raises ERROR (see in_transaction).
+// Flags this process as an autovacuum worker, or not: a backend that waits for a lock this
+// process holds then cancels it after deadlock_timeout (ProcSleep), as it would autovacuum.
+void as_autovacuum(bool on)
+{
+    LWLockAcquire(ProcArrayLock, LW_EXCLUSIVE);
+    if (on)
+        MyProc->statusFlags |= PROC_IS_AUTOVACUUM;
+    else
+        MyProc->statusFlags &= ~PROC_IS_AUTOVACUUM;
+    ProcGlobal->statusFlags[MyProc->pgxactoff] = MyProc->statusFlags;
+    LWLockRelease(ProcArrayLock);
+}
+
+DefElem* option(const char* name, Node* value)
+{
+    return makeDefElem(pstrdup(name), value, -1);
+}
+
+// VACUUM (SKIP_LOCKED, PARALLEL 0, TRUNCATE false[, SKIP_DATABASE_STATS]) jobcap.jobs, as a
+// top-level statement of this process: VACUUM runs its own transactions. Its memory lives in a
+// context of its own under PortalContext, as in an autovacuum worker. Never raises ERROR (see
+// in_transaction).
 Outcome vacuum_jobs(ErrorData** error)
 {
     MemoryContext caller = CurrentMemoryContext;
@@ -629,20 +664,31 @@ Outcome vacuum_jobs(ErrorData** error)
         PortalContext = portal;
         MemoryContextSwitchTo(portal);
         VacuumStmt* stmt = makeNode(VacuumStmt);
-        stmt->options = list_make2(makeDefElem(pstrdup("skip_locked"), nullptr, -1),
-                                   makeDefElem(pstrdup("parallel"), (Node*) makeInteger(0), -1));
+        stmt->options =
+            list_make3(option("skip_locked", nullptr), option("parallel", (Node*) makeInteger(0)),
+                       option("truncate", (Node*) makeInteger(0)));
+#if PG_VERSION_NUM >= 160000
+        stmt->options = lappend(stmt->options, option("skip_database_stats", nullptr));
+#endif
         stmt->rels = list_make1(makeVacuumRelation(
             makeRangeVar(pstrdup("jobcap"), pstrdup("jobs"), -1), InvalidOid, NIL));
         stmt->is_vacuumcmd = true;
+        as_autovacuum(true);
+        enable_timeout_after(STATEMENT_TIMEOUT, kVacuumTimeoutMs);
         ExecVacuum(make_parsestate(nullptr), stmt, true);
+        disable_timeout(STATEMENT_TIMEOUT, false);
+        as_autovacuum(false);
+        QueryCancelPending = false;  // a waiter's cancel that came as the vacuum ended
         CommitTransactionCommand();
     }
     PG_CATCH();
     {
+        disable_timeout(STATEMENT_TIMEOUT, false);
         MemoryContextSwitchTo(caller);
         ErrorData* e = CopyErrorData();
         FlushErrorState();
-        AbortCurrentTransaction();
+        AbortCurrentTransaction();  // releases the LWLocks the error left held
+        as_autovacuum(false);
         InterruptHoldoffCount = holdoff;
         *error = e;
         outcome =
@@ -662,6 +708,13 @@ Outcome vacuum_jobs(ErrorData** error)
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
     return outcome;
+}
+
+void say_left_locked()
+{
+    ereport(DEBUG1, (errmsg("jobcap reaper leaves jobcap.jobs in database \"%s\" for a later "
+                            "cycle: another session holds a lock that VACUUM needs",
+                            w.database)));
 }
 
 // The vacuum step of a cycle. Returns false when the extension is not installed.
@@ -691,6 +744,10 @@ bool vacuum_if_due()
     int64 wanted = before.dead - w.vacuum_left;
     if (!before.enabled || wanted <= before.threshold * w.vacuum_factor)
         return true;
+    if (!before.lockable) {
+        say_left_locked();
+        return true;
+    }
 
     TimestampTz started = GetCurrentTimestamp();
     outcome = vacuum_jobs(&error);
@@ -706,6 +763,11 @@ bool vacuum_if_due()
         return false;
     if (outcome != Outcome::done) {
         back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        return true;
+    }
+    if (jobs_stats.vacuums == before.vacuums) {
+        // Skipped after all: the table was locked between the look and the vacuum.
+        say_left_locked();
         return true;
     }
     int64 left = jobs_stats.dead;

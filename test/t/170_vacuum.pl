@@ -108,7 +108,6 @@ ok(defined wait_until($node, "SELECT vacuum_count = 7 FROM pg_stat_user_tables
     WHERE relid = 'jobcap.jobs'::regclass"), 'twice the threshold is');
 $holder->query_safe("COMMIT");
 $holder->quit;
-kill_rows(int($threshold * 0.5));
 ok(defined wait_until($node, "SELECT n_dead_tup < 100 FROM pg_stat_user_tables
     WHERE relid = 'jobcap.jobs'::regclass"), 'the snapshot gone, a vacuum frees them all');
 
