@@ -157,6 +157,36 @@ bool extension_exists_now()
     return exists;
 }
 
+// In a PG_CATCH: the error copied into the caller's memory context, the transaction rolled
+// back, and what the error means for the step (a cancel or a lock wait that timed out, or a
+// failure).
+Outcome rolled_back(MemoryContext caller, uint32 holdoff, ErrorData** error)
+{
+    MemoryContextSwitchTo(caller);
+    ErrorData* e = CopyErrorData();
+    FlushErrorState();
+    AbortCurrentTransaction();  // releases the LWLocks the error left held
+    InterruptHoldoffCount = holdoff;
+    *error = e;
+    return (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+               ? Outcome::timed_out
+               : Outcome::failed;
+}
+
+// After a step: DROP EXTENSION may commit between the step's check and its statements, which
+// then fail on a relation that is gone: that is the extension's absence, not a failure to log.
+Outcome finished(Outcome outcome, ErrorData** error)
+{
+    if (outcome == Outcome::failed && !extension_exists_now()) {
+        FreeErrorData(*error);
+        *error = nullptr;
+        outcome = Outcome::absent;
+    }
+    pgstat_report_stat(false);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    return outcome;
+}
+
 // Runs step(batch) in its own transaction with its own statement start time, snapshot and
 // statement timeout. Never raises ERROR: a failure is rolled back and returned, with its error
 // copied into *error (in the caller's memory context) for the caller to log.
@@ -201,16 +231,8 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
     PG_CATCH();
     {
         disable_timeout(STATEMENT_TIMEOUT, false);
-        MemoryContextSwitchTo(caller);
-        ErrorData* e = CopyErrorData();
-        FlushErrorState();
-        AbortCurrentTransaction();
-        InterruptHoldoffCount = holdoff;
-        *error = e;
-        outcome =
-            (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-                ? Outcome::timed_out
-                : Outcome::failed;
+        outcome = rolled_back(caller, holdoff, error);
+        ErrorData* e = *error;
         // A DROP EXTENSION that committed while this batch waited for its lock leaves the
         // statement without its tables: the extension is absent, which is no failure.
         if (e->sqlerrcode == ERRCODE_UNDEFINED_TABLE) {
@@ -227,17 +249,8 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
-    // DROP EXTENSION may commit between the check above and the step's statements, which then
-    // fail on a relation that is gone: that is the extension's absence, not a failure to log.
-    if (outcome == Outcome::failed && !extension_exists_now()) {
-        FreeErrorData(*error);
-        *error = nullptr;
-        outcome = Outcome::absent;
-    }
-    pgstat_report_stat(false);
-    pgstat_report_activity(STATE_IDLE, nullptr);
     *rows = result;
-    return outcome;
+    return finished(outcome, error);
 }
 
 uint64 reap_step(int32 batch)
@@ -684,30 +697,14 @@ Outcome vacuum_jobs(ErrorData** error)
     PG_CATCH();
     {
         disable_timeout(STATEMENT_TIMEOUT, false);
-        MemoryContextSwitchTo(caller);
-        ErrorData* e = CopyErrorData();
-        FlushErrorState();
-        AbortCurrentTransaction();  // releases the LWLocks the error left held
-        as_autovacuum(false);
-        InterruptHoldoffCount = holdoff;
-        *error = e;
-        outcome =
-            (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-                ? Outcome::timed_out
-                : Outcome::failed;
+        outcome = rolled_back(caller, holdoff, error);
+        as_autovacuum(false);  // after the rollback released the LWLocks
     }
     PG_END_TRY();
     PortalContext = saved_portal;
     MemoryContextSwitchTo(caller);
     MemoryContextDelete(portal);
-    if (outcome == Outcome::failed && !extension_exists_now()) {
-        FreeErrorData(*error);
-        *error = nullptr;
-        outcome = Outcome::absent;
-    }
-    pgstat_report_stat(false);
-    pgstat_report_activity(STATE_IDLE, nullptr);
-    return outcome;
+    return finished(outcome, error);
 }
 
 void say_left_locked()

@@ -51,6 +51,14 @@ sub work
 	    FROM jobcap.claim_job('v', 'w', $n)");
 }
 
+# Waits until jobcap.jobs has been vacuumed $n times in all (VACUUM ANALYZE above included).
+sub vacuumed
+{
+	my ($n) = @_;
+	return defined wait_until($node, "SELECT vacuum_count = $n FROM pg_stat_user_tables
+	    WHERE relid = 'jobcap.jobs'::regclass");
+}
+
 # Ten cycles of the worker (reap_interval is 100 ms) and a little more.
 sub some_cycles { usleep(1_500_000); }
 
@@ -58,8 +66,7 @@ is(vacuums(), '1 0', 'only the VACUUM ANALYZE so far');
 
 my $offset = -s $node->logfile;
 work(700);    # 1400 dead rows
-ok(defined wait_until($node, "SELECT vacuum_count = 2 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'claims and completions past the threshold: the worker vacuums');
+ok(vacuumed(2), 'claims and completions past the threshold: the worker vacuums');
 is(vacuums(), '2 0', 'one vacuum, the worker\'s; none by autovacuum');
 ok(dead() < 100, 'the dead rows are gone');
 is(count_log($node, qr/jobcap reaper vacuumed jobcap\.jobs in database "postgres" in \d+ ms: \d+ dead rows before, \d+ after/, $offset),
@@ -69,8 +76,7 @@ kill_rows(int($threshold * 0.8));
 some_cycles();
 is(vacuums(), '2 0', 'below the threshold: no vacuum');
 kill_rows(int($threshold * 0.4));
-ok(defined wait_until($node, "SELECT vacuum_count = 3 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'past it, counting the rows that died before: a vacuum');
+ok(vacuumed(3), 'past it, counting the rows that died before: a vacuum');
 
 $node->safe_psql('postgres', "ALTER SYSTEM SET jobcap.vacuum = off; SELECT pg_reload_conf()");
 some_cycles();
@@ -78,16 +84,14 @@ kill_rows(2000);
 some_cycles();
 is(vacuums(), '3 0', 'jobcap.vacuum = off: no vacuum');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET jobcap.vacuum; SELECT pg_reload_conf()");
-ok(defined wait_until($node, "SELECT vacuum_count = 4 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'on again: the rows that died meanwhile are vacuumed');
+ok(vacuumed(4), 'on again: the rows that died meanwhile are vacuumed');
 
 $node->safe_psql('postgres', "ALTER TABLE jobcap.jobs SET (autovacuum_enabled = false)");
 kill_rows(2000);
 some_cycles();
 is(vacuums(), '4 0', 'autovacuum_enabled = false for the table: no vacuum');
 $node->safe_psql('postgres', "ALTER TABLE jobcap.jobs RESET (autovacuum_enabled)");
-ok(defined wait_until($node, "SELECT vacuum_count = 5 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'reset: vacuumed');
+ok(vacuumed(5), 'reset: vacuumed');
 
 # A snapshot that sees the rows about to die keeps them: the vacuum frees little, and the next
 # waits for twice the threshold of new dead rows, not for one more cycle.
@@ -95,8 +99,7 @@ my $holder = $node->background_psql('postgres');
 $holder->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobcap.jobs");
 $offset = -s $node->logfile;
 kill_rows(int($threshold * 1.5));
-ok(defined wait_until($node, "SELECT vacuum_count = 6 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'held back: the worker vacuums once');
+ok(vacuumed(6), 'held back: the worker vacuums once');
 ok(dead() >= int($threshold * 1.5), 'and the dead rows stay');
 is(count_log($node, qr/Most dead rows are still visible to some snapshot: the next vacuum waits for \d+ new dead rows/, $offset),
 	1, 'the worker says why it waits');
@@ -104,8 +107,7 @@ kill_rows(int($threshold * 1.5));
 some_cycles();
 is(vacuums(), '6 0', 'one threshold of new dead rows is not enough now');
 kill_rows(int($threshold * 0.7));
-ok(defined wait_until($node, "SELECT vacuum_count = 7 FROM pg_stat_user_tables
-    WHERE relid = 'jobcap.jobs'::regclass"), 'twice the threshold is');
+ok(vacuumed(7), 'twice the threshold is');
 $holder->query_safe("COMMIT");
 $holder->quit;
 ok(defined wait_until($node, "SELECT n_dead_tup < 100 FROM pg_stat_user_tables
