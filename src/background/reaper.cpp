@@ -173,14 +173,20 @@ Outcome rolled_back(MemoryContext caller, uint32 holdoff, ErrorData** error)
                : Outcome::failed;
 }
 
-// After a step: DROP EXTENSION may commit between the step's check and its statements, which
-// then fail on a relation that is gone: that is the extension's absence, not a failure to log.
+// After a step: DROP EXTENSION may commit between the step's check and its statements (or
+// while a batch waits for a lock), which then fail on a relation that is gone: that is the
+// extension's absence, not a failure to log.
 Outcome finished(Outcome outcome, ErrorData** error)
 {
-    if (outcome == Outcome::failed && !extension_exists_now()) {
-        FreeErrorData(*error);
-        *error = nullptr;
-        outcome = Outcome::absent;
+    if (outcome == Outcome::failed) {
+        MemoryContext caller = CurrentMemoryContext;
+        bool exists = extension_exists_now();
+        MemoryContextSwitchTo(caller);  // the look's commit left TopMemoryContext current
+        if (!exists) {
+            FreeErrorData(*error);
+            *error = nullptr;
+            outcome = Outcome::absent;
+        }
     }
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
@@ -232,20 +238,6 @@ Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* row
     {
         disable_timeout(STATEMENT_TIMEOUT, false);
         outcome = rolled_back(caller, holdoff, error);
-        ErrorData* e = *error;
-        // A DROP EXTENSION that committed while this batch waited for its lock leaves the
-        // statement without its tables: the extension is absent, which is no failure.
-        if (e->sqlerrcode == ERRCODE_UNDEFINED_TABLE) {
-            StartTransactionCommand();
-            bool gone = !OidIsValid(get_extension_oid("jobcap", true));
-            CommitTransactionCommand();
-            MemoryContextSwitchTo(caller);
-            if (gone) {
-                FreeErrorData(e);
-                *error = nullptr;
-                outcome = Outcome::absent;
-            }
-        }
     }
     PG_END_TRY();
     MemoryContextSwitchTo(caller);
