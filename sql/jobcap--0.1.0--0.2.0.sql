@@ -159,9 +159,10 @@ COMMENT ON FUNCTION jobcap.crash_job(bigint, bigint, text) IS
 -- heap and leaves every index entry in place. A claim walks the claim index from its queue's
 -- first entry over every entry that such vacuums left, and finished jobs kept by retention are
 -- most of the table's pages, so a big history kept the claim index's dead head for good: 8
--- clients claiming beside 1.1 million kept jobs ran 35% slower with a 30% worse p99 than with
--- every vacuum cleaning the indexes (docs/worker.md). The price is a pass over every index per
--- vacuum, which measured nothing on a table without history.
+-- clients claiming beside 1.1 million kept jobs made 3,127 claims/s (p99 7.9 ms) against 4,417
+-- (5.5 ms) with every vacuum cleaning the indexes (means of two runs each; docs/worker.md). The
+-- price is a pass over every index per vacuum: 0.05 s beside that history, and no measurable
+-- loss in claims and completions on a table without one.
 ALTER TABLE jobcap.jobs SET (vacuum_index_cleanup = on);
 
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.

@@ -151,9 +151,11 @@ typedef uint64 (*Step)(int32 batch);
 // Whether extension jobcap exists now, read in a transaction of its own.
 bool extension_exists_now()
 {
+    MemoryContext caller = CurrentMemoryContext;
     StartTransactionCommand();
     bool exists = OidIsValid(get_extension_oid("jobcap", true));
     CommitTransactionCommand();
+    MemoryContextSwitchTo(caller);  // the commit left TopMemoryContext current
     return exists;
 }
 
@@ -178,15 +180,10 @@ Outcome rolled_back(MemoryContext caller, uint32 holdoff, ErrorData** error)
 // extension's absence, not a failure to log.
 Outcome finished(Outcome outcome, ErrorData** error)
 {
-    if (outcome == Outcome::failed) {
-        MemoryContext caller = CurrentMemoryContext;
-        bool exists = extension_exists_now();
-        MemoryContextSwitchTo(caller);  // the look's commit left TopMemoryContext current
-        if (!exists) {
-            FreeErrorData(*error);
-            *error = nullptr;
-            outcome = Outcome::absent;
-        }
+    if (outcome == Outcome::failed && !extension_exists_now()) {
+        FreeErrorData(*error);
+        *error = nullptr;
+        outcome = Outcome::absent;
     }
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
