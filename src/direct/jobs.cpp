@@ -73,19 +73,20 @@ enum JobColumn {
     kOutput,
     kDedupeKey,
     kEnqueuedAt,
+    kQueueKey,
     kJobColumns
 };
 const char* const kJobColumnNames[kJobColumns] = {
     "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
     "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
     "claimed_at",   "finished_at", "payload", "cap_epoch",        "output", "dedupe_key",
-    "enqueued_at"};
+    "enqueued_at",  "queue_key"};
 // Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
 // by its labels). A column a DBA changed sends every call to the SQL path.
 const Oid kJobColumnTypes[kJobColumns] = {
     INT8OID,  TEXTOID,     InvalidOid,     INT4OID, TIMESTAMPTZOID, INT4OID,        INT4OID,
     INT8OID,  INTERVALOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID};
+    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID, INT4OID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -240,9 +241,44 @@ AttrNumber column(TupleDesc desc, const char* name, Oid type)
     return InvalidAttrNumber;
 }
 
+// The value of queue_key for queue: hashtext(queue) under the database's collation, as its
+// generation expression computes it (queue_key_generated).
+Datum queue_key(Datum queue)
+{
+    return DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, queue);
+}
+
+// Whether jobs' generated columns are queue_key alone, stored, as hashtext(queue) under the
+// database's collation: the one the direct path computes itself (queue_key() at an enqueue),
+// and leaves as it is in an update (none changes queue, so the executor would not compute it
+// either). Any other generated column sends every call to the SQL path.
+bool queue_key_generated(Relation rel, const AttrNumber* job)
+{
+    TupleDesc desc = RelationGetDescr(rel);
+    if (desc->constr == nullptr || jobcap_has_generated_virtual(desc->constr))
+        return false;
+    for (int i = 0; i < desc->natts; ++i) {
+        Form_pg_attribute a = TupleDescAttr(desc, i);
+        bool key = i + 1 == job[kQueueKey];
+        if (a->attisdropped || (a->attgenerated == '\0' && !key))
+            continue;
+        if (!key || a->attgenerated != ATTRIBUTE_GENERATED_STORED)
+            return false;
+        Node* expr = build_column_default(rel, i + 1);
+        if (expr == nullptr || !IsA(expr, FuncExpr))
+            return false;
+        FuncExpr* f = castNode(FuncExpr, expr);
+        Node* arg = list_length(f->args) == 1 ? static_cast<Node*>(linitial(f->args)) : nullptr;
+        if (f->funcid != F_HASHTEXT || f->inputcollid != DEFAULT_COLLATION_OID || arg == nullptr ||
+            !IsA(arg, Var) || castNode(Var, arg)->varattno != job[kQueue])
+            return false;
+    }
+    return true;
+}
+
 // Whether the executor would do more for an UPDATE of rel than the direct path does: fire
 // triggers, apply row security or rules, check constraints (a partition's too), compute
-// generated columns; or whether rel is not a heap. The
+// generated columns other than queue_key; or whether rel is not a heap. The
 // direct path writes NULL only into lease_expires_at and output: NOT NULL there would be a check.
 bool executor_needed(Relation rel, const AttrNumber* job)
 {
@@ -251,8 +287,7 @@ bool executor_needed(Relation rel, const AttrNumber* job)
     return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
            rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
            rel->rd_rel->relhassubclass || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
-                                  jobcap_has_generated_virtual(constr))) ||
+           (constr != nullptr && constr->num_check > 0) || !queue_key_generated(rel, job) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
            TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
@@ -533,9 +568,9 @@ bool learn_job_defaults(Relation jobs, Shape& s)
     s.identity = identity_of(jobs, s.job[kJobId]);
     if (!OidIsValid(s.identity))
         return false;
-    const AttrNumber listed[] = {s.job[kJobId],     s.job[kQueue],    s.job[kPayload],
-                                 s.job[kRunAt],     s.job[kPriority], s.job[kMaxAttempts],
-                                 s.job[kEnqueuedAt]};
+    const AttrNumber listed[] = {s.job[kJobId],      s.job[kQueue],    s.job[kPayload],
+                                 s.job[kRunAt],      s.job[kPriority], s.job[kMaxAttempts],
+                                 s.job[kEnqueuedAt], s.job[kQueueKey]};
     TupleDesc desc = RelationGetDescr(jobs);
     // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
     return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
@@ -676,7 +711,7 @@ bool learn_shape()
 
     if (s.direct) {
         AttrNumber pkey[1] = {s.job[kJobId]};
-        AttrNumber claim[4] = {s.job[kQueue], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
+        AttrNumber claim[4] = {s.job[kQueueKey], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
         s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
@@ -1265,9 +1300,12 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         return true;
     };
 
+    // The claim index's first key is the queue's hash (queue_key): queues whose names share it
+    // share a run of the index, and eligible() compares the name.
     Relation index = open_index(op, shape.jobs_claim);
     ScanKeyData key;
-    text_key(&key, index, 1, queue);
+    ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT4EQ,
+                           queue_key(queue));
     IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
     index_rescan(scan, &key, 1, nullptr, 0);
     TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
@@ -1340,6 +1378,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         row.set(shape.job[c], value, isnull);
     };
     put(kQueue, queue, false);
+    put(kQueueKey, queue_key(queue), false);
     put(kRunAt, TimestampTzGetDatum(v.run_at), false);
     put(kPriority, Int32GetDatum(v.priority), false);
     put(kMaxAttempts, Int32GetDatum(v.max_attempts), v.no_max_attempts);

@@ -61,11 +61,14 @@ namespace statements {
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged), $7 = jobs whose rolled-back claim is
 // not counted yet (background/rollbacks.hpp): skipped until it is. The grant check and the
 // queue's controls do not depend on the row: each runs once, as a one-time filter before the scan.
-// CAP_BY: the cap of job j with its queue looked up by $4.
-#define CLAIM_BATCH(GATE, PAUSED, CAP_BY, CAP)                                                     \
+// CAP_BY: the cap of job j with its queue looked up by $4. KEY: the claim index's first key
+// (0.2.0: queue_key, the hash of the queue's name; 0.1.0: the name, compared next anyway).
+#define BY_QUEUE_KEY "j.queue_key = hashtext($4) AND "
+#define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP)                                                \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
-    "   WHERE j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                             \
+    "   WHERE " KEY                                                                                \
+    "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                                      \
     "     AND " JOBCAP_MAY_WORK(                                                                   \
         "$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY                                       \
                     " AND j.job_id <> ALL ($7)"                                                    \
@@ -74,15 +77,15 @@ namespace statements {
                     "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
 
 JOBCAP_STATEMENT(claim_job,
-                 CLAIM_BATCH(QUEUE_OPEN("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
-                             JOBCAP_CAP),
+                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_OPEN("$4"), " AND NOT q.paused",
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
 JOBCAP_STATEMENT(claim_job_capped,
-                 CLAIM_BATCH(QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused", JOBCAP_CAP_BY("$4"),
-                             JOBCAP_CAP),
+                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
@@ -109,7 +112,8 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
 
 // The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
 // ALTER EXTENSION jobcap UPDATE (schema_is_0_2).
-JOBCAP_STATEMENT(claim_job_0_1, CLAIM_BATCH("true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
+JOBCAP_STATEMENT(claim_job_0_1,
+                 CLAIM_BATCH("", "true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 JOBCAP_STATEMENT(claim_job_by_id_0_1,

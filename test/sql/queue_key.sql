@@ -1,0 +1,70 @@
+-- The claim index's first key is queue_key, hashtext(queue), a generated column. Queues
+-- 'q7169' and 'q122757' share a hash (checked first, so that this test cannot pass without a
+-- collision): their jobs share a run of jobs_claim, and every claim, on either path, must
+-- hand out its own queue's jobs only, in its own order, stepping over the other's.
+\set VERBOSITY terse
+SELECT pg_catalog.hashtext('q7169') = pg_catalog.hashtext('q122757') AS same_hash;
+SELECT jobcap.create_queue('q7169', max_attempts => 3);
+SELECT jobcap.create_queue('q122757', max_attempts => 3);
+-- The other queue's jobs first in the shared run: higher priority (lower number) and older.
+-- Enqueued on the direct path (regress_sql runs every suite with jobcap.hot_path = sql), which
+-- computes queue_key itself.
+SET jobcap.hot_path = direct;
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('q122757', jsonb_build_object('n', n), priority => -1)
+                        FROM generate_series(1, 4) n) e;
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('q7169', jsonb_build_object('n', n), priority => p)
+                        FROM generate_series(1, 6) n, LATERAL (SELECT 3 - n % 3 AS p) pr) e;
+-- A row inserted by hand gets its key too.
+INSERT INTO jobcap.jobs (queue, priority, payload) VALUES ('q7169', 0, '{"n": "by hand"}');
+SELECT queue, count(*), bool_and(queue_key = pg_catalog.hashtext(queue)) AS keyed
+  FROM jobcap.jobs WHERE queue IN ('q7169', 'q122757') GROUP BY queue ORDER BY queue;
+
+-- Claims in batches of two on each path in turn: only q7169's jobs, by priority, run_at, job_id.
+SET client_min_messages = debug2;
+SELECT j.queue, c.payload->>'n' AS n, j.priority FROM jobcap.claim_job('q7169', 'w', 2) c
+  JOIN jobcap.jobs j USING (job_id) ORDER BY j.priority, j.run_at, j.job_id;
+RESET client_min_messages;
+SET jobcap.hot_path = sql;
+SELECT j.queue, c.payload->>'n' AS n, j.priority FROM jobcap.claim_job('q7169', 'w', 2) c
+  JOIN jobcap.jobs j USING (job_id) ORDER BY j.priority, j.run_at, j.job_id;
+SET jobcap.hot_path = direct;
+SET client_min_messages = debug2;
+SELECT j.queue, c.payload->>'n' AS n, j.priority FROM jobcap.claim_job('q7169', 'w', 5) c
+  JOIN jobcap.jobs j USING (job_id) ORDER BY j.priority, j.run_at, j.job_id;
+RESET client_min_messages;
+-- q7169 is empty on both paths; q122757's jobs were all stepped over.
+SELECT count(*) FROM jobcap.claim_job('q7169', 'w', 5);
+SET jobcap.hot_path = sql;
+SELECT count(*) FROM jobcap.claim_job('q7169', 'w', 5);
+SELECT queue, state, count(*) FROM jobcap.jobs WHERE queue IN ('q7169', 'q122757')
+  GROUP BY queue, state ORDER BY queue, state;
+-- And the other queue gets its own, on both paths.
+SELECT count(*) FROM jobcap.claim_job('q122757', 'w', 2);
+SET jobcap.hot_path = direct;
+SELECT count(*) FROM jobcap.claim_job('q122757', 'w', 5);
+SELECT queue, state, count(*) FROM jobcap.jobs WHERE queue IN ('q7169', 'q122757')
+  GROUP BY queue, state ORDER BY queue, state;
+
+-- Queue counts and purges find their queue through the same key.
+SELECT count(*) FROM (SELECT jobcap.enqueue_job(q, '{}') FROM unnest('{q7169,q122757,q122757}'::text[]) q) e;
+SELECT ready, scheduled, running FROM jobcap.queue_depth('q7169');
+SELECT jobcap.purge_pending('q122757');
+SELECT queue, state, count(*) FROM jobcap.jobs WHERE queue IN ('q7169', 'q122757')
+  GROUP BY queue, state ORDER BY queue, state;
+
+-- A generated column the direct path does not know sends every call to the SQL path, which
+-- computes it; so does queue_key made a plain column (a hand-written INSERT would leave it NULL).
+BEGIN;
+ALTER TABLE jobcap.jobs ADD COLUMN queue_len integer GENERATED ALWAYS AS (length(queue)) STORED;
+SET LOCAL client_min_messages = debug2;
+SELECT count(*) FROM jobcap.claim_job('q7169', 'w');
+ROLLBACK;
+BEGIN;
+ALTER TABLE jobcap.jobs ALTER COLUMN queue_key DROP EXPRESSION;
+SET LOCAL client_min_messages = debug2;
+SELECT count(*) FROM jobcap.enqueue_jobs('q7169', ARRAY['{}'::jsonb]);
+ROLLBACK;
+SET client_min_messages = debug2;
+SELECT count(*) FROM jobcap.enqueue_jobs('q7169', ARRAY['{}'::jsonb]);
+RESET client_min_messages;
+SELECT jobcap.drop_queue('q7169', force => true), jobcap.drop_queue('q122757', force => true);
