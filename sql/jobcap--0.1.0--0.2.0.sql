@@ -165,22 +165,19 @@ COMMENT ON FUNCTION jobcap.crash_job(bigint, bigint, text) IS
 -- loss in claims and completions on a table without one.
 ALTER TABLE jobcap.jobs SET (vacuum_index_cleanup = on);
 
--- The claim index's key starts with an integer: queue_key, the hash of the job's queue, instead
--- of the queue's name. After a key column of variable width PostgreSQL cannot cache where the
--- next columns start, so every comparison of an index insertion or descent walked each entry
--- from the queue's text to reach priority, run_at and job_id: 6,800 of the 37,600 instructions
--- an enqueued row cost (callgrind, 10,000 rows; docs/direct_path.md). A generated column fills
--- itself for every INSERT, a hand-written one included. Two queues whose names share a hash
--- share a run of the index; every claim compares the queue's name too (the SQL statements and
--- the direct path alike), so a collision costs a claim steps over the other queue's entries,
--- never a wrong job. The name stays in the index (INCLUDE), for the statistics' index-only scan.
-ALTER TABLE jobcap.jobs ADD COLUMN queue_key integer
-    GENERATED ALWAYS AS (pg_catalog.hashtext(queue)) STORED;
-COMMENT ON COLUMN jobcap.jobs.queue_key IS
-    'hashtext(queue), generated: the first key of the claim index (jobs_claim).';
+-- The claim index's first key is an integer: hashtext(queue), the hash of the job's queue,
+-- instead of the queue's name. After a key of variable width PostgreSQL cannot cache where the
+-- next keys start, so every comparison of an index insertion or descent walked each entry from
+-- the queue's name to reach priority, run_at and job_id: an enqueued row cost 38,400
+-- instructions against 28,500 with the hash (callgrind, 10,000 rows into a table of jobs'
+-- shape; docs/direct_path.md). Two queues whose names share a hash share a run of the index;
+-- every claim compares the name too (the SQL statements and the direct path alike), so a
+-- collision costs a claim steps over the other queue's entries, never a wrong job. The name
+-- stays in the index (INCLUDE), for the statistics' index-only scan. An expression, not a
+-- generated column: no table rewrite here, and no wider row for every update to walk.
 DROP INDEX jobcap.jobs_claim;
-CREATE INDEX jobs_claim ON jobcap.jobs (queue_key, priority, run_at, job_id) INCLUDE (queue)
-    WHERE state OPERATOR(pg_catalog.=) 'pending';
+CREATE INDEX jobs_claim ON jobcap.jobs (pg_catalog.hashtext(queue), priority, run_at, job_id)
+    INCLUDE (queue) WHERE state OPERATOR(pg_catalog.=) 'pending';
 
 -- Queue controls: pause and resume, max_running, periodic jobs, job output.
 

@@ -73,20 +73,19 @@ enum JobColumn {
     kOutput,
     kDedupeKey,
     kEnqueuedAt,
-    kQueueKey,
     kJobColumns
 };
 const char* const kJobColumnNames[kJobColumns] = {
     "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
     "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
     "claimed_at",   "finished_at", "payload", "cap_epoch",        "output", "dedupe_key",
-    "enqueued_at",  "queue_key"};
+    "enqueued_at"};
 // Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
 // by its labels). A column a DBA changed sends every call to the SQL path.
 const Oid kJobColumnTypes[kJobColumns] = {
     INT8OID,  TEXTOID,     InvalidOid,     INT4OID, TIMESTAMPTZOID, INT4OID,        INT4OID,
     INT8OID,  INTERVALOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID, INT4OID};
+    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID};
 enum QueueColumn {
     kQQueue,
     kQMaxAttempts,
@@ -190,6 +189,42 @@ void forget_shape(Datum, Oid relid)
     }
 }
 
+// Whether node is hashtext(queue) under the database's collation (queue: the column's number),
+// the claim index's first key: the one index expression the direct path evaluates itself (an
+// int4 key of fixed width, where a key of variable width would make every comparison walk the
+// entry). Queues whose names share a hash share a run of the index; a claim compares the name.
+bool is_queue_hash(const Node* node, AttrNumber queue)
+{
+    if (node == nullptr || !IsA(node, FuncExpr) || queue == InvalidAttrNumber)
+        return false;
+    const FuncExpr* f = castNode(FuncExpr, node);
+    const Node* arg = list_length(f->args) == 1 ? static_cast<Node*>(linitial(f->args)) : nullptr;
+    return f->funcid == F_HASHTEXT && f->inputcollid == DEFAULT_COLLATION_OID && arg != nullptr &&
+           IsA(arg, Var) && castNode(Var, arg)->varattno == queue &&
+           castNode(Var, arg)->varlevelsup == 0;
+}
+
+// Whether exprs (an index's expressions) are that one expression alone.
+bool exprs_are_queue_hash(const List* exprs, AttrNumber queue)
+{
+    return list_length(exprs) == 1 && is_queue_hash(static_cast<Node*>(linitial(exprs)), queue);
+}
+
+// Whether stored (pg_index.indexprs) is the claim index's hashtext(queue) alone (is_queue_hash).
+bool stored_exprs_are_queue_hash(Datum stored, AttrNumber queue)
+{
+    char* str = TextDatumGetCString(stored);
+    Node* tree = static_cast<Node*>(stringToNode(str));
+    pfree(str);
+    return tree != nullptr && IsA(tree, List) && exprs_are_queue_hash(castNode(List, tree), queue);
+}
+
+// The claim index's key for queue (the value is_queue_hash's expression gives its rows).
+Datum queue_hash(Datum queue)
+{
+    return DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, queue);
+}
+
 // Learns the indexes of jobs (locked by the caller: the set cannot change before the end of
 // the transaction).
 void learn_indexes(Relation jobs)
@@ -216,9 +251,14 @@ void learn_indexes(Relation jobs)
         // nothing that caches per query (no hashed ScalarArrayOpExpr: that is the planner's).
         if (info->ii_Predicate != NIL)
             info->ii_PredicateState = ExecInitQual(info->ii_Predicate, nullptr);
+        // The claim index's hashtext(queue), compiled once as its predicate (FormIndexDatum
+        // evaluates it in the call's per-tuple context). Any other expression: see below.
+        bool hashed = exprs_are_queue_hash(info->ii_Expressions, shape.job[kQueue]);
+        if (hashed)
+            info->ii_ExpressionsState = ExecInitExprList(info->ii_Expressions, nullptr);
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
-                 info->ii_ExclusionOps == nullptr && info->ii_Expressions == NIL;
+                 info->ii_ExclusionOps == nullptr && (info->ii_Expressions == NIL || hashed);
         indexes.oids[indexes.count] = RelationGetRelid(index);
         indexes.infos[indexes.count++] = info;
         index_close(index, AccessShareLock);
@@ -241,44 +281,9 @@ AttrNumber column(TupleDesc desc, const char* name, Oid type)
     return InvalidAttrNumber;
 }
 
-// The value of queue_key for queue: hashtext(queue) under the database's collation, as its
-// generation expression computes it (queue_key_generated).
-Datum queue_key(Datum queue)
-{
-    return DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, queue);
-}
-
-// Whether jobs' generated columns are queue_key alone, stored, as hashtext(queue) under the
-// database's collation: the one the direct path computes itself (queue_key() at an enqueue),
-// and leaves as it is in an update (none changes queue, so the executor would not compute it
-// either). Any other generated column sends every call to the SQL path.
-bool queue_key_generated(Relation rel, const AttrNumber* job)
-{
-    TupleDesc desc = RelationGetDescr(rel);
-    if (desc->constr == nullptr || jobcap_has_generated_virtual(desc->constr))
-        return false;
-    for (int i = 0; i < desc->natts; ++i) {
-        Form_pg_attribute a = TupleDescAttr(desc, i);
-        bool key = i + 1 == job[kQueueKey];
-        if (a->attisdropped || (a->attgenerated == '\0' && !key))
-            continue;
-        if (!key || a->attgenerated != ATTRIBUTE_GENERATED_STORED)
-            return false;
-        Node* expr = build_column_default(rel, i + 1);
-        if (expr == nullptr || !IsA(expr, FuncExpr))
-            return false;
-        FuncExpr* f = castNode(FuncExpr, expr);
-        Node* arg = list_length(f->args) == 1 ? static_cast<Node*>(linitial(f->args)) : nullptr;
-        if (f->funcid != F_HASHTEXT || f->inputcollid != DEFAULT_COLLATION_OID || arg == nullptr ||
-            !IsA(arg, Var) || castNode(Var, arg)->varattno != job[kQueue])
-            return false;
-    }
-    return true;
-}
-
 // Whether the executor would do more for an UPDATE of rel than the direct path does: fire
 // triggers, apply row security or rules, check constraints (a partition's too), compute
-// generated columns other than queue_key; or whether rel is not a heap. The
+// generated columns; or whether rel is not a heap. The
 // direct path writes NULL only into lease_expires_at and output: NOT NULL there would be a check.
 bool executor_needed(Relation rel, const AttrNumber* job)
 {
@@ -287,7 +292,8 @@ bool executor_needed(Relation rel, const AttrNumber* job)
     return rel->trigdesc != nullptr || rel->rd_rel->relrowsecurity || rel->rd_rules != nullptr ||
            rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
            rel->rd_rel->relhassubclass || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-           (constr != nullptr && constr->num_check > 0) || !queue_key_generated(rel, job) ||
+           (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
+                                  jobcap_has_generated_virtual(constr))) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
            TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
 }
@@ -315,7 +321,8 @@ bool predicate_is(Datum stored, AttrNumber column, Oid value)
 // but (when column is valid) "column = value": an index the direct path scans must hold every
 // row the statement's scan would find.
 bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
-              AttrNumber column = InvalidAttrNumber, Oid value = InvalidOid)
+              AttrNumber column = InvalidAttrNumber, Oid value = InvalidOid,
+              AttrNumber hashed = InvalidAttrNumber)
 {
     HeapTuple t = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
     if (!HeapTupleIsValid(t))
@@ -327,12 +334,16 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
     Datum pred = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indpred, &isnull);
     ok =
         ok && (column == InvalidAttrNumber ? isnull : !isnull && predicate_is(pred, column, value));
-    SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);
-    ok = ok && isnull;
+    // No expression, or (hashed: the queue column's number) hashtext(queue) as the first key
+    // (keys[0] = 0, an expression's indkey).
+    Datum exprs = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);
+    ok = ok &&
+         (isnull || (hashed != InvalidAttrNumber && stored_exprs_are_queue_hash(exprs, hashed)));
     Datum options = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indoption, &isnull);
     int2vector* option = isnull ? nullptr : reinterpret_cast<int2vector*>(DatumGetPointer(options));
     for (int i = 0; ok && i < nkeys; ++i)
-        ok = keys[i] != InvalidAttrNumber && index->indkey.values[i] == keys[i] &&
+        ok = (keys[i] != InvalidAttrNumber || (i == 0 && hashed != InvalidAttrNumber)) &&
+             index->indkey.values[i] == keys[i] &&
              (option == nullptr || option->values[i] == 0);  // ascending, nulls last
     // Keys compared under the columns' collation, the database's (learn_shape requires it of
     // the columns): under another (a case-insensitive one) a scan for one queue's key would
@@ -458,12 +469,13 @@ bool not_plain(Node* node, void*)
     return expression_tree_walker(node, JOBCAP_TREE_WALKER(not_plain), nullptr);
 }
 
-// Whether index (of jobs) is one the direct path may write: no expressions, and a predicate, if
+// Whether index (of jobs) is one the direct path may write: no expression but the claim index's
+// hashtext(queue) (queue: the column's number, or none), and a predicate, if
 // any, of plain nodes only. Read from pg_index's stored trees, not through the relcache (which
 // would fold the predicate and inline SQL functions under the caller's search_path). Anything
 // else (an index on a function, a predicate calling one) sends every call to the SQL path,
 // whose statements evaluate it as the tables' owner under the pinned search_path.
-bool plain_index(Relation index)
+bool plain_index(Relation index, AttrNumber queue)
 {
     // The access method and every key's operator class and type built in: their support
     // functions (a btree's comparison) are PostgreSQL's own.
@@ -483,8 +495,9 @@ bool plain_index(Relation index)
     for (int k = 0; k < opclass->dim1; ++k)
         if (opclass->values[k] >= FirstNormalObjectId)
             return false;
-    SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indexprs, &isnull);
-    if (!isnull)
+    Datum exprs =
+        SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indexprs, &isnull);
+    if (!isnull && !stored_exprs_are_queue_hash(exprs, queue))
         return false;
     Datum pred = SysCacheGetAttr(INDEXRELID, index->rd_indextuple, Anum_pg_index_indpred, &isnull);
     if (isnull)
@@ -568,9 +581,9 @@ bool learn_job_defaults(Relation jobs, Shape& s)
     s.identity = identity_of(jobs, s.job[kJobId]);
     if (!OidIsValid(s.identity))
         return false;
-    const AttrNumber listed[] = {s.job[kJobId],      s.job[kQueue],    s.job[kPayload],
-                                 s.job[kRunAt],      s.job[kPriority], s.job[kMaxAttempts],
-                                 s.job[kEnqueuedAt], s.job[kQueueKey]};
+    const AttrNumber listed[] = {s.job[kJobId],     s.job[kQueue],    s.job[kPayload],
+                                 s.job[kRunAt],     s.job[kPriority], s.job[kMaxAttempts],
+                                 s.job[kEnqueuedAt]};
     TupleDesc desc = RelationGetDescr(jobs);
     // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
     return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
@@ -608,7 +621,7 @@ bool learn_errors(Shape& s)
         ListCell* lc;
         foreach (lc, oids) {
             Relation index = index_open(lfirst_oid(lc), AccessShareLock);
-            ok = ok && plain_index(index) && index->rd_index->indimmediate;
+            ok = ok && plain_index(index, InvalidAttrNumber) && index->rd_index->indimmediate;
             index_close(index, AccessShareLock);
         }
         list_free(oids);
@@ -675,7 +688,7 @@ bool learn_shape()
         ListCell* lc;
         foreach (lc, oids) {
             Relation index = index_open(lfirst_oid(lc), AccessShareLock);
-            s.direct = s.direct && plain_index(index);
+            s.direct = s.direct && plain_index(index, s.job[kQueue]);
             index_close(index, AccessShareLock);
         }
         list_free(oids);
@@ -711,14 +724,15 @@ bool learn_shape()
 
     if (s.direct) {
         AttrNumber pkey[1] = {s.job[kJobId]};
-        AttrNumber claim[4] = {s.job[kQueueKey], s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
+        // The claim index: hashtext(queue) (an expression, 0), priority, run_at, job_id.
+        AttrNumber claim[4] = {0, s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
-        s.direct = s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
-                   index_on(s.jobs_claim, s.jobs, claim, 4, s.job[kState], s.pending) &&
-                   index_on(s.queues_pkey, s.queues, qkey, 1) &&
-                   index_on(s.grants_pkey, s.grants, gkey, 1) &&
-                   s.grant_grantee != InvalidAttrNumber;
+        s.direct =
+            s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
+            index_on(s.jobs_claim, s.jobs, claim, 4, s.job[kState], s.pending, s.job[kQueue]) &&
+            index_on(s.queues_pkey, s.queues, qkey, 1) &&
+            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
     }
     s.errors = get_relname_relid("job_errors", nsp);
     s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
@@ -1300,12 +1314,12 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         return true;
     };
 
-    // The claim index's first key is the queue's hash (queue_key): queues whose names share it
-    // share a run of the index, and eligible() compares the name.
+    // The claim index's first key is the queue's hash: queues whose names share it share a run
+    // of the index, and eligible() compares the name.
     Relation index = open_index(op, shape.jobs_claim);
     ScanKeyData key;
     ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT4EQ,
-                           queue_key(queue));
+                           queue_hash(queue));
     IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
     index_rescan(scan, &key, 1, nullptr, 0);
     TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
@@ -1378,7 +1392,6 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         row.set(shape.job[c], value, isnull);
     };
     put(kQueue, queue, false);
-    put(kQueueKey, queue_key(queue), false);
     put(kRunAt, TimestampTzGetDatum(v.run_at), false);
     put(kPriority, Int32GetDatum(v.priority), false);
     put(kMaxAttempts, Int32GetDatum(v.max_attempts), v.no_max_attempts);

@@ -10,10 +10,10 @@ SET jobcap.hot_path = direct;
 CREATE FUNCTION public.enq_same() RETURNS TABLE (direct bigint, sql bigint, differing bigint)
 LANGUAGE sql AS $$
     WITH d AS (SELECT row_number() OVER (ORDER BY job_id) AS n,
-                      to_jsonb(j) - '{job_id,queue,queue_key,run_at,enqueued_at}'::text[] AS r
+                      to_jsonb(j) - '{job_id,queue,run_at,enqueued_at}'::text[] AS r
                  FROM jobcap.jobs j WHERE queue = 'enq_direct'),
          s AS (SELECT row_number() OVER (ORDER BY job_id) AS n,
-                      to_jsonb(j) - '{job_id,queue,queue_key,run_at,enqueued_at}'::text[] AS r
+                      to_jsonb(j) - '{job_id,queue,run_at,enqueued_at}'::text[] AS r
                  FROM jobcap.jobs j WHERE queue = 'enq_sql')
     SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM s),
            (SELECT count(*) FROM d FULL JOIN s USING (n) WHERE d.r IS DISTINCT FROM s.r)

@@ -10,11 +10,11 @@ SET jobcap.hot_path = direct;
 CREATE FUNCTION public.fail_same() RETURNS TABLE (jobs bigint, history bigint, differing bigint)
 LANGUAGE sql AS $$
     WITH d AS (SELECT row_number() OVER (ORDER BY job_id) AS n,
-                      to_jsonb(j) - '{job_id,queue,queue_key,run_at,enqueued_at,fence,first_claimed_at,claimed_at,finished_at}'::text[]
+                      to_jsonb(j) - '{job_id,queue,run_at,enqueued_at,fence,first_claimed_at,claimed_at,finished_at}'::text[]
                         || jsonb_build_object('later', run_at > now(), 'finished', finished_at IS NOT NULL) AS r
                  FROM jobcap.jobs j WHERE queue = 'fail_direct'),
          s AS (SELECT row_number() OVER (ORDER BY job_id) AS n,
-                      to_jsonb(j) - '{job_id,queue,queue_key,run_at,enqueued_at,fence,first_claimed_at,claimed_at,finished_at}'::text[]
+                      to_jsonb(j) - '{job_id,queue,run_at,enqueued_at,fence,first_claimed_at,claimed_at,finished_at}'::text[]
                         || jsonb_build_object('later', run_at > now(), 'finished', finished_at IS NOT NULL) AS r
                  FROM jobcap.jobs j WHERE queue = 'fail_sql'),
          hd AS (SELECT row_number() OVER (ORDER BY e.seq) AS n, to_jsonb(e) - '{seq,job_id,queue,fence,at}'::text[] AS r

@@ -294,8 +294,7 @@ sub operations
 		"SELECT pg_stat_force_next_flush();");
 }
 
-# What the slot decoded since last time, normalised: the queue named Q (and its hash, queue_key,
-# as hash(Q) where it is the queue's), job ids counted from
+# What the slot decoded since last time, normalised: the queue named Q, job ids counted from
 # the queue's first, fences by their rank, no transaction ids, and a timestamp as null, as
 # "same" when the old version had the same (the old tuple: the previous decoded version), else
 # as T.
@@ -304,7 +303,6 @@ sub decoded
 	my ($q) = @_;
 	my %last;
 	my $first = $primary->safe_psql('dec', "SELECT min(job_id) FROM jobcap.jobs WHERE queue = '$q'");
-	my $key = $primary->safe_psql('dec', "SELECT pg_catalog.hashtext('$q')");
 	my @lines = split /\n/, $primary->safe_psql('dec', q{
         SELECT data FROM pg_logical_slot_get_changes('dec', NULL, NULL,
                                                      'include-xids', '0', 'skip-empty-xacts', '1')});
@@ -336,7 +334,6 @@ sub decoded
 			}
 			elsif ($name eq 'job_id') { $value -= $first; }
 			elsif ($name eq 'queue' && $value eq "'$q'") { $value = "'Q'"; }
-			elsif ($name eq 'queue_key' && $value eq $key) { $value = 'hash(Q)'; }
 			elsif ($name eq 'fence' && $value ne '0')
 			{
 				$fences{$value} //= 'F' . (scalar(keys %fences) + 1);
