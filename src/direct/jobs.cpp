@@ -189,19 +189,32 @@ void forget_shape(Datum, Oid relid)
     }
 }
 
-// Whether node is hashtext(queue) under the database's collation (queue: the column's number),
-// the claim index's first key: the one index expression the direct path evaluates itself (an
-// int4 key of fixed width, where a key of variable width would make every comparison walk the
-// entry). Queues whose names share a hash share a run of the index; a claim compares the name.
+// Whether node is hashtextextended(queue, 0) under the database's collation (queue: the
+// column's number), the claim index's first key: the one index expression the direct path
+// evaluates itself (a key of fixed width, where one of variable width would make every
+// comparison walk the entry). Queues whose names share a hash would share a run of the index;
+// a claim compares the name.
 bool is_queue_hash(const Node* node, AttrNumber queue)
 {
     if (node == nullptr || !IsA(node, FuncExpr) || queue == InvalidAttrNumber)
         return false;
     const FuncExpr* f = castNode(FuncExpr, node);
-    const Node* arg = list_length(f->args) == 1 ? static_cast<Node*>(linitial(f->args)) : nullptr;
-    return f->funcid == F_HASHTEXT && f->inputcollid == DEFAULT_COLLATION_OID && arg != nullptr &&
-           IsA(arg, Var) && castNode(Var, arg)->varattno == queue &&
-           castNode(Var, arg)->varlevelsup == 0;
+    if (f->funcid != F_HASHTEXTEXTENDED || f->inputcollid != DEFAULT_COLLATION_OID ||
+        list_length(f->args) != 2)
+        return false;
+    const Node* arg = static_cast<Node*>(linitial(f->args));
+    const Node* seed = static_cast<Node*>(lsecond(f->args));
+    // The seed as stored (int8(0), the parser's cast of an integer) or folded (the relcache's).
+    bool cast = IsA(seed, FuncExpr) && castNode(FuncExpr, seed)->funcid == F_INT8_INT4 &&
+                list_length(castNode(FuncExpr, seed)->args) == 1;
+    if (cast)
+        seed = static_cast<Node*>(linitial(castNode(FuncExpr, seed)->args));
+    if (!IsA(arg, Var) || castNode(Var, arg)->varattno != queue ||
+        castNode(Var, arg)->varlevelsup != 0 || !IsA(seed, Const))
+        return false;
+    const Const* c = castNode(Const, seed);
+    return !c->constisnull && c->consttype == (cast ? INT4OID : INT8OID) &&
+           (cast ? DatumGetInt32(c->constvalue) : DatumGetInt64(c->constvalue)) == 0;
 }
 
 // Whether exprs (an index's expressions) are that one expression alone.
@@ -210,7 +223,7 @@ bool exprs_are_queue_hash(const List* exprs, AttrNumber queue)
     return list_length(exprs) == 1 && is_queue_hash(static_cast<Node*>(linitial(exprs)), queue);
 }
 
-// Whether stored (pg_index.indexprs) is the claim index's hashtext(queue) alone (is_queue_hash).
+// Whether stored (pg_index.indexprs) is the claim index's hashtextextended(queue, 0) alone (is_queue_hash).
 bool stored_exprs_are_queue_hash(Datum stored, AttrNumber queue)
 {
     char* str = TextDatumGetCString(stored);
@@ -222,7 +235,8 @@ bool stored_exprs_are_queue_hash(Datum stored, AttrNumber queue)
 // The claim index's key for queue (the value is_queue_hash's expression gives its rows).
 Datum queue_hash(Datum queue)
 {
-    return DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, queue);
+    return DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID, queue,
+                                   Int64GetDatum(0));
 }
 
 // Learns the indexes of jobs (locked by the caller: the set cannot change before the end of
@@ -251,7 +265,7 @@ void learn_indexes(Relation jobs)
         // nothing that caches per query (no hashed ScalarArrayOpExpr: that is the planner's).
         if (info->ii_Predicate != NIL)
             info->ii_PredicateState = ExecInitQual(info->ii_Predicate, nullptr);
-        // The claim index's hashtext(queue), compiled once as its predicate (FormIndexDatum
+        // The claim index's hashtextextended(queue, 0), compiled once as its predicate (FormIndexDatum
         // evaluates it in the call's per-tuple context). Any other expression: see below.
         bool hashed = exprs_are_queue_hash(info->ii_Expressions, shape.job[kQueue]);
         if (hashed)
@@ -334,7 +348,7 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
     Datum pred = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indpred, &isnull);
     ok =
         ok && (column == InvalidAttrNumber ? isnull : !isnull && predicate_is(pred, column, value));
-    // No expression, or (hashed: the queue column's number) hashtext(queue) as the first key
+    // No expression, or (hashed: the queue column's number) hashtextextended(queue, 0) as the first key
     // (keys[0] = 0, an expression's indkey).
     Datum exprs = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);
     ok = ok &&
@@ -470,7 +484,7 @@ bool not_plain(Node* node, void*)
 }
 
 // Whether index (of jobs) is one the direct path may write: no expression but the claim index's
-// hashtext(queue) (queue: the column's number, or none), and a predicate, if
+// hashtextextended(queue, 0) (queue: the column's number, or none), and a predicate, if
 // any, of plain nodes only. Read from pg_index's stored trees, not through the relcache (which
 // would fold the predicate and inline SQL functions under the caller's search_path). Anything
 // else (an index on a function, a predicate calling one) sends every call to the SQL path,
@@ -724,7 +738,7 @@ bool learn_shape()
 
     if (s.direct) {
         AttrNumber pkey[1] = {s.job[kJobId]};
-        // The claim index: hashtext(queue) (an expression, 0), priority, run_at, job_id.
+        // The claim index: hashtextextended(queue, 0) (an expression, 0), priority, run_at, job_id.
         AttrNumber claim[4] = {0, s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
         AttrNumber qkey[1] = {s.queue[kQQueue]};
         AttrNumber gkey[1] = {s.grant_queue};
@@ -1318,7 +1332,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     // of the index, and eligible() compares the name.
     Relation index = open_index(op, shape.jobs_claim);
     ScanKeyData key;
-    ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT4EQ,
+    ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
                            queue_hash(queue));
     IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
     index_rescan(scan, &key, 1, nullptr, 0);

@@ -1,12 +1,13 @@
--- The claim index's first key is hashtext(queue), the hash of the queue's name. Queues
--- 'q7169' and 'q122757' share a hash (checked first, so that this test cannot pass without a
--- collision): their jobs share a run of jobs_claim, and every claim, on either path, must
--- hand out its own queue's jobs only, in its own order, stepping over the other's.
+-- The claim index's first key is hashtextextended(queue, 0), a 64-bit hash of the queue's name;
+-- every claim compares the name too. Two queues, the other's jobs ahead in claim order: every
+-- claim, on either path, hands out its own queue's jobs only, in its own order. (The 32-bit
+-- hashtext of 'q7169' and 'q122757' is the same, a collision the 64-bit hash does not have.)
 \set VERBOSITY terse
-SELECT pg_catalog.hashtext('q7169') = pg_catalog.hashtext('q122757') AS same_hash;
+SELECT pg_catalog.hashtext('q7169') = pg_catalog.hashtext('q122757') AS same_hash32,
+       pg_catalog.hashtextextended('q7169', 0) = pg_catalog.hashtextextended('q122757', 0) AS same_hash64;
 SELECT jobcap.create_queue('q7169', max_attempts => 3);
 SELECT jobcap.create_queue('q122757', max_attempts => 3);
--- The other queue's jobs first in the shared run: higher priority (lower number) and older.
+-- The other queue's jobs first in claim order: higher priority (lower number) and older.
 -- Enqueued on the direct path (regress_sql runs every suite with jobcap.hot_path = sql), which
 -- evaluates the index's expression itself.
 SET jobcap.hot_path = direct;
@@ -19,11 +20,13 @@ INSERT INTO jobcap.jobs (queue, priority, payload) VALUES ('q7169', 0, '{"n": "b
 -- Every pending job is in the claim index under its queue's hash.
 SET enable_seqscan = off;
 SET enable_bitmapscan = off;
-EXPLAIN (COSTS OFF) SELECT queue, count(*) FROM jobcap.jobs
-  WHERE pg_catalog.hashtext(queue) = pg_catalog.hashtext('q7169') AND state = 'pending' GROUP BY queue;
-SELECT queue, count(*) FROM jobcap.jobs
-  WHERE pg_catalog.hashtext(queue) = pg_catalog.hashtext('q7169') AND state = 'pending'
-  GROUP BY queue ORDER BY queue;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM jobcap.jobs
+  WHERE pg_catalog.hashtextextended(queue, 0) = pg_catalog.hashtextextended('q7169', 0)
+    AND state = 'pending';
+SELECT q, (SELECT count(*) FROM jobcap.jobs
+            WHERE pg_catalog.hashtextextended(queue, 0) = pg_catalog.hashtextextended(q, 0)
+              AND queue = q AND state = 'pending')
+  FROM unnest('{q7169,q122757}'::text[]) q;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 
@@ -40,7 +43,7 @@ SET client_min_messages = debug2;
 SELECT j.queue, c.payload->>'n' AS n, j.priority FROM jobcap.claim_job('q7169', 'w', 5) c
   JOIN jobcap.jobs j USING (job_id) ORDER BY j.priority, j.run_at, j.job_id;
 RESET client_min_messages;
--- q7169 is empty on both paths; q122757's jobs were all stepped over.
+-- q7169 is empty on both paths; q122757's jobs are all still pending.
 SELECT count(*) FROM jobcap.claim_job('q7169', 'w', 5);
 SET jobcap.hot_path = sql;
 SELECT count(*) FROM jobcap.claim_job('q7169', 'w', 5);
@@ -61,7 +64,8 @@ SELECT queue, state, count(*) FROM jobcap.jobs WHERE queue IN ('q7169', 'q122757
   GROUP BY queue, state ORDER BY queue, state;
 
 -- A claim index keyed otherwise sends every call to the SQL path: on the queue's name (0.1.0's),
--- or on its hash under another collation; so does another index on an expression.
+-- on its hash under another collation or with another seed, on its 32-bit hash; so does
+-- another index on an expression.
 BEGIN;
 DROP INDEX jobcap.jobs_claim;
 CREATE INDEX jobs_claim ON jobcap.jobs (queue, priority, run_at, job_id) WHERE state = 'pending';
@@ -70,7 +74,21 @@ SELECT count(*) FROM jobcap.claim_job('q7169', 'w');
 ROLLBACK;
 BEGIN;
 DROP INDEX jobcap.jobs_claim;
-CREATE INDEX jobs_claim ON jobcap.jobs (pg_catalog.hashtext(queue COLLATE "C"), priority, run_at, job_id)
+CREATE INDEX jobs_claim ON jobcap.jobs (pg_catalog.hashtextextended(queue COLLATE "C", 0),
+  priority, run_at, job_id) WHERE state = 'pending';
+SET LOCAL client_min_messages = debug2;
+SELECT count(*) FROM jobcap.claim_job('q7169', 'w');
+ROLLBACK;
+BEGIN;
+DROP INDEX jobcap.jobs_claim;
+CREATE INDEX jobs_claim ON jobcap.jobs (pg_catalog.hashtextextended(queue, 1), priority, run_at, job_id)
+  WHERE state = 'pending';
+SET LOCAL client_min_messages = debug2;
+SELECT count(*) FROM jobcap.claim_job('q7169', 'w');
+ROLLBACK;
+BEGIN;
+DROP INDEX jobcap.jobs_claim;
+CREATE INDEX jobs_claim ON jobcap.jobs (pg_catalog.hashtext(queue), priority, run_at, job_id)
   WHERE state = 'pending';
 SET LOCAL client_min_messages = debug2;
 SELECT count(*) FROM jobcap.claim_job('q7169', 'w');
