@@ -50,6 +50,15 @@ jobcap_deps() {
     fi
 }
 
+# pg_config's directories, or the end of the run: an empty one would copy "/." (pg_config fails
+# without a working directory, and a function called in "cmd || ..." runs without set -e).
+pg_dirs_known() {
+    local d
+    for d in "$@"; do
+        [ -n "$d" ] && [ "$d" != / ] && [ -d "$d" ] || die "pg_config gave no usable directory ('$d')"
+    done
+}
+
 # A private copy of the PostgreSQL installation with jobcap installed into it, as PostgreSQL's
 # own "make check" does: binaries are hard links (PostgreSQL finds its lib and share
 # directories relative to its own executable), everything else symbolic links. Nothing is
@@ -57,6 +66,7 @@ jobcap_deps() {
 jobcap_tmp_install() {
     local bindir sharedir libdir dest
     bindir=$($PG_CONFIG --bindir); sharedir=$($PG_CONFIG --sharedir); libdir=$($PG_CONFIG --pkglibdir)
+    pg_dirs_known "$bindir" "$libdir" "$sharedir"
     dest=$BUILD/tmp_install
     if [ ! -x "$dest$bindir/postgres" ]; then
         rm -rf "$dest"
@@ -120,6 +130,7 @@ jobcap_sanitized_install() {
     local kind=$1 flags=$2 bindir sharedir libdir pgc=${3:-$JOBCAP_SYSTEM_PG_CONFIG}
     local src=$BUILD/$kind/src dest=$BUILD/$kind/tmp_install
     bindir=$($pgc --bindir); sharedir=$($pgc --sharedir); libdir=$($pgc --pkglibdir)
+    pg_dirs_known "$bindir" "$libdir" "$sharedir"
     mkdir -p "$src"
     # Sources only (their times kept, so an unchanged file is not rebuilt); never our objects.
     (cd "$JOBCAP_ROOT" && tar cf - --exclude='*.o' --exclude='*.d' --exclude='*.so' --exclude='*.bc' \

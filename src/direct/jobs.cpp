@@ -260,6 +260,14 @@ void learn_indexes(Relation jobs)
         Relation index = index_open(lfirst_oid(lc), AccessShareLock);
         MemoryContext caller = MemoryContextSwitchTo(index_context);
         IndexInfo* info = BuildIndexInfo(index);
+        // Compiled as the tables' owner, whom the SQL path's statements run as: compiling checks
+        // EXECUTE on each function for the current user, and what is compiled here serves every
+        // later caller of this backend.
+        Oid user = InvalidOid;
+        int context = 0;
+        GetUserIdAndSecContext(&user, &context);
+        SetUserIdAndSecContext(jobs->rd_rel->relowner, context | SECURITY_LOCAL_USERID_CHANGE |
+                                                           SECURITY_RESTRICTED_OPERATION);
         // Only plain predicates of built-in operators get here (plain_index in learn_shape):
         // compiled as the relcache keeps them (constants folded, operator functions set), with
         // nothing that caches per query (no hashed ScalarArrayOpExpr: that is the planner's).
@@ -270,6 +278,7 @@ void learn_indexes(Relation jobs)
         bool hashed = exprs_are_queue_hash(info->ii_Expressions, shape.job[kQueue]);
         if (hashed)
             info->ii_ExpressionsState = ExecInitExprList(info->ii_Expressions, nullptr);
+        SetUserIdAndSecContext(user, context);
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
                  info->ii_ExclusionOps == nullptr && (info->ii_Expressions == NIL || hashed);

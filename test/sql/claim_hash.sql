@@ -103,3 +103,45 @@ SELECT count(*) FROM jobcap.enqueue_jobs('q7169', ARRAY['{}'::jsonb]);
 SELECT count(*) FROM jobcap.claim_job('q7169', 'w', 5);
 RESET client_min_messages;
 SELECT jobcap.drop_queue('q7169', force => true), jobcap.drop_queue('q122757', force => true);
+
+-- The claim index's expression (like every index predicate) is compiled as the tables' owner,
+-- whom the SQL path's statements run as: a worker who may not execute hashtextextended itself
+-- (a DBA revoked it from PUBLIC) is served on the direct path as on the SQL path. Each part below
+-- learns the indexes anew (a rolled-back CREATE INDEX forgets them) under the worker's role.
+SELECT jobcap.create_queue('hash_acl');
+CREATE ROLE regress_hash_worker IN ROLE jobcap_worker;
+SELECT jobcap.grant_queue('hash_acl', 'regress_hash_worker');
+REVOKE EXECUTE ON FUNCTION pg_catalog.hashtextextended(text, bigint) FROM PUBLIC;
+SET jobcap.hot_path = sql;
+SET ROLE regress_hash_worker;
+SELECT count(*) FROM jobcap.enqueue_jobs('hash_acl', ARRAY['{}'::jsonb]);
+RESET ROLE;
+SET jobcap.hot_path = direct;
+BEGIN;
+CREATE INDEX jobs_relearn ON jobcap.jobs (job_id);
+ROLLBACK;
+SET ROLE regress_hash_worker;
+SET client_min_messages = debug2;
+SELECT count(*) FROM jobcap.enqueue_jobs('hash_acl', ARRAY['{}'::jsonb]);
+SELECT job_id AS acl_job, fence AS acl_fence FROM jobcap.claim_job('hash_acl', 'w') \gset
+SELECT jobcap.heartbeat(:acl_job, :acl_fence) IS NOT NULL AS extended;
+-- (Which path fail_job takes depends on what earlier suites did to job_errors.)
+RESET client_min_messages;
+SELECT jobcap.fail_job(:acl_job, :acl_fence, 'once more', '0 s');
+SET client_min_messages = debug2;
+SELECT job_id AS acl_a, fence AS acl_fa FROM jobcap.claim_job('hash_acl', 'w') \gset
+RESET client_min_messages;
+RESET ROLE;
+BEGIN;
+CREATE INDEX jobs_relearn ON jobcap.jobs (job_id);
+ROLLBACK;
+SET ROLE regress_hash_worker;
+SET client_min_messages = debug2;
+SELECT job_id AS acl_b, fence AS acl_fb FROM jobcap.claim_job('hash_acl', 'w') \gset
+SELECT jobcap.complete_job(:acl_a, :acl_fa), jobcap.complete_job(:acl_b, :acl_fb);
+RESET client_min_messages;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION pg_catalog.hashtextextended(text, bigint) TO PUBLIC;
+SELECT queue, state, count(*) FROM jobcap.jobs WHERE queue = 'hash_acl' GROUP BY queue, state;
+SELECT jobcap.drop_queue('hash_acl', force => true);
+DROP ROLE regress_hash_worker;
