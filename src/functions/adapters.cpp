@@ -40,8 +40,7 @@ JOBCAP_STATEMENT(queue_depth,
                  "),"
                  "       count(*) FILTER (WHERE j.state = 'running')"
                  "  FROM jobcap.jobs j JOIN jobcap.queues q ON q.queue = j.queue"
-                 " WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
-                 "   AND j.state IN ('pending', 'running')"
+                 " WHERE j.queue = $1 AND j.state IN ('pending', 'running')"
                  "   AND " JOBCAP_MAY_WORK("$3", "$1"),
                  {TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
@@ -50,8 +49,8 @@ JOBCAP_STATEMENT(queue_depth,
 JOBCAP_STATEMENT(
     purge_pending,
     "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1 AND j.state "
-    "= 'pending'"
+    "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
+    "     AND j.state = 'pending'"
     "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
     " gone AS (DELETE FROM jobcap.jobs j"
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed)) AND j.state = 'pending'"
