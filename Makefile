@@ -34,7 +34,7 @@ REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch tr
           direct_partition direct_ids_order direct_prune_index direct_replica_identity \
           direct_check_sql direct_predicate_code direct_errors_inherit direct_array_opclass \
           direct_default_array direct_fail_identity direct_grant_collation \
-          direct_queue_collation claim_hash claim_walk upgrade_no_rewrite
+          direct_queue_collation claim_hash claim_walk
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
                --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \

@@ -223,7 +223,8 @@ bool exprs_are_queue_hash(const List* exprs, AttrNumber queue)
     return list_length(exprs) == 1 && is_queue_hash(static_cast<Node*>(linitial(exprs)), queue);
 }
 
-// Whether stored (pg_index.indexprs) is the claim index's hashtextextended(queue, 0) alone (is_queue_hash).
+// Whether stored (pg_index.indexprs) is the claim index's hashtextextended(queue, 0) alone
+// (is_queue_hash).
 bool stored_exprs_are_queue_hash(Datum stored, AttrNumber queue)
 {
     char* str = TextDatumGetCString(stored);
@@ -237,6 +238,20 @@ Datum queue_hash(Datum queue)
 {
     return DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID, queue,
                                    Int64GetDatum(0));
+}
+
+// Runs work as owner, restricted, as spi_open runs the SQL path's statements (spi/access.cpp).
+// An error needs no cleanup: transaction and subtransaction abort restore the user.
+template <typename Work>
+void as_owner(Oid owner, const Work& work)
+{
+    Oid user = InvalidOid;
+    int context = 0;
+    GetUserIdAndSecContext(&user, &context);
+    SetUserIdAndSecContext(owner,
+                           context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    work();
+    SetUserIdAndSecContext(user, context);
 }
 
 // Learns the indexes of jobs (locked by the caller: the set cannot change before the end of
@@ -263,22 +278,19 @@ void learn_indexes(Relation jobs)
         // Compiled as the tables' owner, whom the SQL path's statements run as: compiling checks
         // EXECUTE on each function for the current user, and what is compiled here serves every
         // later caller of this backend.
-        Oid user = InvalidOid;
-        int context = 0;
-        GetUserIdAndSecContext(&user, &context);
-        SetUserIdAndSecContext(jobs->rd_rel->relowner, context | SECURITY_LOCAL_USERID_CHANGE |
-                                                           SECURITY_RESTRICTED_OPERATION);
-        // Only plain predicates of built-in operators get here (plain_index in learn_shape):
-        // compiled as the relcache keeps them (constants folded, operator functions set), with
-        // nothing that caches per query (no hashed ScalarArrayOpExpr: that is the planner's).
-        if (info->ii_Predicate != NIL)
-            info->ii_PredicateState = ExecInitQual(info->ii_Predicate, nullptr);
-        // The claim index's hashtextextended(queue, 0), compiled once as its predicate (FormIndexDatum
-        // evaluates it in the call's per-tuple context). Any other expression: see below.
         bool hashed = exprs_are_queue_hash(info->ii_Expressions, shape.job[kQueue]);
-        if (hashed)
-            info->ii_ExpressionsState = ExecInitExprList(info->ii_Expressions, nullptr);
-        SetUserIdAndSecContext(user, context);
+        as_owner(jobs->rd_rel->relowner, [&] {
+            // Only plain predicates of built-in operators get here (plain_index in learn_shape):
+            // compiled as the relcache keeps them (constants folded, operator functions set),
+            // with nothing that caches per query (no hashed ScalarArrayOpExpr: the planner's).
+            if (info->ii_Predicate != NIL)
+                info->ii_PredicateState = ExecInitQual(info->ii_Predicate, nullptr);
+            // The claim index's hashtextextended(queue, 0), compiled once as its predicate
+            // (FormIndexDatum evaluates it in the call's per-tuple context). Any other
+            // expression: see below.
+            if (hashed)
+                info->ii_ExpressionsState = ExecInitExprList(info->ii_Expressions, nullptr);
+        });
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
                  info->ii_ExclusionOps == nullptr && (info->ii_Expressions == NIL || hashed);
@@ -357,8 +369,8 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
     Datum pred = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indpred, &isnull);
     ok =
         ok && (column == InvalidAttrNumber ? isnull : !isnull && predicate_is(pred, column, value));
-    // No expression, or (hashed: the queue column's number) hashtextextended(queue, 0) as the first key
-    // (keys[0] = 0, an expression's indkey).
+    // No expression, or (hashed: the queue column's number) hashtextextended(queue, 0) as the
+    // first key (keys[0] = 0, an expression's indkey).
     Datum exprs = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);
     ok = ok &&
          (isnull || (hashed != InvalidAttrNumber && stored_exprs_are_queue_hash(exprs, hashed)));
@@ -1572,13 +1584,7 @@ void add_history(Op& op, Relation errors, const Access& access, const char* kind
         if (desc->constr != nullptr) {
             // NOT NULL and CHECK, as ExecInsert checks them, as the tables' owner (whom the
             // SQL path runs as: a violation's detail shows the row to whoever may read it).
-            Oid user = InvalidOid;
-            int context = 0;
-            GetUserIdAndSecContext(&user, &context);
-            SetUserIdAndSecContext(access.owner, context | SECURITY_LOCAL_USERID_CHANGE |
-                                                     SECURITY_RESTRICTED_OPERATION);
-            ExecConstraints(result, slot, op.estate);
-            SetUserIdAndSecContext(user, context);
+            as_owner(access.owner, [&] { ExecConstraints(result, slot, op.estate); });
         }
         CheckCmdReplicaIdentity(errors, CMD_INSERT);
         simple_table_tuple_insert(errors, slot);

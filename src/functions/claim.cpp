@@ -62,7 +62,8 @@ namespace statements {
 // not counted yet (background/rollbacks.hpp): skipped until it is. The grant check and the
 // queue's controls do not depend on the row: each runs once, as a one-time filter before the scan.
 // CAP_BY: the cap of job j with its queue looked up by $4. KEY: the claim index's first key
-// (0.2.0: hashtextextended(queue, 0), the hash of the queue's name; 0.1.0: the name, compared next anyway).
+// (0.2.0: hashtextextended(queue, 0), the hash of the queue's name; 0.1.0: the name, compared
+// next anyway).
 #define BY_QUEUE_KEY "hashtextextended(j.queue, 0) = hashtextextended($4, 0) AND "
 #define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP)                                                \
     "WITH cohort AS MATERIALIZED ("                                                                \

@@ -24,9 +24,13 @@ SELECT job_id AS d FROM jobcap.jobs WHERE queue = 'up' AND state = 'pending' ORD
 SELECT count(*) AS claimed_by_id FROM jobcap.claim_job_by_id(:d, 'w');
 SELECT queue, pending, running FROM jobcap.queue_stats;
 
--- The update, with job b (and d) still running.
+-- The update, with job b (and d) still running. It must not rewrite jobcap.jobs (a new
+-- relfilenode): a rewrite holds ACCESS EXCLUSIVE on the table, and so every claim, enqueue,
+-- settle and the reaper, for as long as it takes to copy the kept history and rebuild every index.
+SELECT pg_catalog.pg_relation_filenode('jobcap.jobs') AS jobs_file \gset
 ALTER EXTENSION jobcap UPDATE TO '0.2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'jobcap';
+SELECT pg_catalog.pg_relation_filenode('jobcap.jobs') = :jobs_file AS jobs_not_rewritten;
 SELECT jobcap.complete_job(:b, :fb, '{"after": "update"}');
 SELECT state, output FROM jobcap.jobs WHERE job_id = :b;
 SELECT queue, pending, running, paused, max_running FROM jobcap.queue_stats;
