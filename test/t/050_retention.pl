@@ -54,5 +54,42 @@ is($node->safe_psql('postgres', "SELECT string_agg(DISTINCT state::text, ',') ||
     FROM jobcap.jobs"), 'succeeded 3', 'only the recent succeeded jobs are left');
 is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.job_errors"), '3', 'with their history');
 
+# At scale, with none due: 100,000 succeeded and 1,000 dead jobs kept, finished in the last hour
+# in no particular order of the table's pages (as completions, retries and vacuums leave them).
+# A cycle's prunes walk jobs_finished and never read the table; a sequential scan there, every
+# cycle, held back the xmin horizon of every claim while it read the whole table. The prunes'
+# InitPlan reads stats_progress (a sequential scan of its one row), which counts the cycles.
+$node->safe_psql('postgres', q{
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, finished_at)
+    SELECT 'r', 'succeeded', 1, 1, now() - random() * interval '1 hour'
+      FROM generate_series(1, 100000);
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, finished_at, max_attempts)
+    SELECT 'r', 'dead', 1, 1, now() - random() * interval '1 hour', 1
+      FROM generate_series(1, 1000);
+    ANALYZE jobcap.jobs;
+    ALTER SYSTEM SET jobcap.reap_interval = '50ms';
+    SELECT pg_reload_conf();
+});
+# Measure from the first count that covers them (it reads the ones finished since the last
+# count, once).
+my $inserted = $node->safe_psql('postgres', 'SELECT now()');
+ok(defined wait_until($node, "SELECT counted_until > '$inserted' FROM jobcap.stats_progress"),
+	'the worker counted up to now');
+my $scans = q{SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'jobcap.%s'::regclass};
+my $jobs_scans = $node->safe_psql('postgres', sprintf($scans, 'jobs'));
+my $finished_read = q{SELECT idx_tup_read FROM pg_stat_user_indexes
+    WHERE indexrelid = 'jobcap.jobs_finished'::regclass};
+my $finished_before = $node->safe_psql('postgres', $finished_read);
+my $progress_scans = $node->safe_psql('postgres', sprintf($scans, 'stats_progress'));
+ok(defined wait_until($node, "SELECT seq_scan >= $progress_scans + 40 FROM pg_stat_user_tables
+    WHERE relid = 'jobcap.stats_progress'::regclass"),
+	'the worker ran its prunes at least 20 times');
+is($node->safe_psql('postgres', sprintf($scans, 'jobs')), $jobs_scans,
+	'with 101,000 finished jobs kept and none due, no step of the worker read the whole table');
+my $finished_entries = $node->safe_psql('postgres', $finished_read) - $finished_before;
+cmp_ok($finished_entries, '<', 1000,
+	'nor read more than a few jobs_finished entries per cycle (the counts among them)');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobcap.jobs"), '101003', 'and none went');
+
 $node->stop;
 done_testing();
