@@ -68,6 +68,16 @@ SELECT count(*) FROM jobcap.jobs j WHERE j.state = 'succeeded' AND j.queue = 'sc
 SELECT rows_read - :r0 >= 400000 AS control_reads_them_all FROM pg_temp.reads();
 COMMIT;
 
+-- queue_depth (the adapters' queue size) reads the queue's pending and running jobs only, one
+-- branch per state: with state IN ('pending', 'running'), which no partial index matches, every
+-- call read the whole table, the succeeded jobs kept included.
+BEGIN;
+SELECT seq_scans AS s0, rows_read AS r0 FROM pg_temp.reads() \gset
+SELECT * FROM jobcap.queue_depth('scale_a');
+SELECT seq_scans - :s0 AS seq_scans, rows_read - :r0 <= 100 AS reads_at_most_100
+  FROM pg_temp.reads();
+COMMIT;
+
 -- The plan of the statement itself (jobcap.statements()), generic as the function keeps it
 -- and custom: which index serves each scan of jobs.
 SELECT sql AS stats_sql FROM jobcap.statements() WHERE name = 'queue_stats' \gset
