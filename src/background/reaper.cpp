@@ -21,8 +21,10 @@
 extern "C" {
 #include "storage/lock.h"
 #include "access/xlog.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "commands/vacuum.h"
@@ -44,6 +46,7 @@ extern "C" {
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/varlena.h"
 }
@@ -77,6 +80,8 @@ constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most on
 constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
 constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
 constexpr int kVacuumTimeoutMs = 10000;   // a vacuum of jobcap.jobs is cancelled after this
+constexpr int kVacuumSpacing = 9;         // no vacuum starts sooner than this many times the
+                                          // last one's duration after it ended (<= 10% busy)
 constexpr int kVacuumFactorMax = 64;      // vacuums that free little wait for this many times
                                           // autovacuum's threshold of new dead rows, at most
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
@@ -140,6 +145,7 @@ struct Worker {
     int64 vacuum_left;             // dead rows of jobcap.jobs that the worker's last vacuum left
     int vacuum_factor;             // how many thresholds of new dead rows start the next vacuum
     TransactionId vacuum_horizon;  // the table's xmin horizon after that vacuum
+    TimestampTz vacuum_not_before;  // kVacuumSpacing after the last vacuum
     bool extension_known;          // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
@@ -575,7 +581,11 @@ bool in_batches(StepState& state, const StepMessages& says, Step step)
 // doing it (measured in docs/worker.md). So the worker applies autovacuum's own rule for the
 // table (dead rows above autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
 // table's settings first) every cycle, and runs VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs
-// itself when it holds. Never with autovacuum off, for the server or for the table
+// itself when it holds. Its "rows" leave out the finished jobs (jobs_finished's reltuples): no
+// claim walks them, and a history kept would otherwise put vacuums ever further apart while the
+// claims between them walk ever more entries (measured: README, Results, W5). A vacuum does cost
+// more with a longer history (it reads every index whole), so none starts sooner after the last
+// than kVacuumSpacing times that one's duration. Never with autovacuum off, for the server or for the table
 // (autovacuum_enabled), or with jobcap.vacuum off. The vacuum behaves like autovacuum's where it
 // could get in the way: it yields to a lock request it blocks (the process is flagged as an
 // autovacuum worker while it vacuums, so the waiter cancels it after deadlock_timeout), is
@@ -621,6 +631,15 @@ uint64 read_jobs_stats_step(int32)
             scale = options->autovacuum.vacuum_scale_factor;
     }
     double rows = Max((double) rel->rd_rel->reltuples, 0.0);
+    Oid finished = get_relname_relid("jobs_finished", get_namespace_oid("jobcap", false));
+    if (OidIsValid(finished)) {
+        HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(finished));
+        if (HeapTupleIsValid(tuple)) {
+            rows -= Max((double) ((Form_pg_class) GETSTRUCT(tuple))->reltuples, 0.0);
+            ReleaseSysCache(tuple);
+        }
+    }
+    rows = Max(rows, 0.0);
     jobs_stats.horizon = GetOldestNonRemovableTransactionId(rel);
     table_close(rel, AccessShareLock);
     // VACUUM (SKIP_LOCKED) would skip a locked table with a WARNING; look first.
@@ -715,7 +734,9 @@ void say_left_locked()
 // The vacuum step of a cycle. Returns false when the extension is not installed.
 bool vacuum_if_due()
 {
-    if (!guc_vacuum || !AutoVacuumingActive() || GetCurrentTimestamp() < w.vacuuming.resume_at)
+    TimestampTz now = GetCurrentTimestamp();
+    if (!guc_vacuum || !AutoVacuumingActive() || now < w.vacuuming.resume_at ||
+        now < w.vacuum_not_before)
         return true;
     uint64 rows = 0;
     ErrorData* error = nullptr;
@@ -752,7 +773,9 @@ bool vacuum_if_due()
         back_off(w.vacuuming, kVacuuming.failed, outcome, error);
         return true;
     }
-    long ms = (long) ((GetCurrentTimestamp() - started) / 1000);
+    TimestampTz ended = GetCurrentTimestamp();
+    long ms = (long) ((ended - started) / 1000);
+    w.vacuum_not_before = ended + kVacuumSpacing * (ended - started);
     outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
     if (outcome == Outcome::absent)
         return false;
@@ -870,6 +893,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     w.vacuum_left = 0;
     w.vacuum_factor = 1;
     w.vacuum_horizon = InvalidTransactionId;
+    w.vacuum_not_before = 0;
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 

@@ -1,7 +1,7 @@
 # The worker vacuums jobcap.jobs (jobcap.vacuum): every cycle it applies autovacuum's threshold
 # for the table (autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
-# table's own settings: 1000 + 2%) and runs VACUUM itself when more rows than that have died
-# since its last vacuum. Autovacuum is on but looks only once a day here, so every vacuum
+# table's own settings: 1000 + 2%; its rows less the finished jobs kept) and runs VACUUM itself
+# when more rows than that have died since its last vacuum. Autovacuum is on but looks only once a day here, so every vacuum
 # counted in pg_stat_user_tables.vacuum_count (manual vacuums; autovacuum's have their own
 # counter) is the worker's.
 use strict;
@@ -116,6 +116,27 @@ ok(defined wait_until($node, "SELECT n_dead_tup < 100 FROM pg_stat_user_tables
 is($node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE state = 'pending') || ' '
     || count(*) FILTER (WHERE state = 'succeeded') FROM jobcap.jobs"), '2300 700',
 	'no job changed by any of it');
+
+# A history kept does not put vacuums further apart: the rule's rows are the table's less the
+# finished jobs (jobs_finished's reltuples), the rows that claims walk. With 100,000 succeeded
+# jobs kept, autovacuum's rule would wait for 1000 + 2% of 102,300 = 3,046 dead rows; the
+# worker's waits for 1000 + 2% of the 2,300 pending jobs, 1,046.
+$node->safe_psql('postgres', q{
+    INSERT INTO jobcap.jobs (queue, state, attempts, fence, lease, worker, enqueued_at,
+                             first_claimed_at, claimed_at, finished_at, payload)
+    SELECT 'v', 'succeeded', 1, 1, '1 hour', 'w', now(), now(), now(), now(), '{}'
+      FROM generate_series(1, 100000);
+    VACUUM ANALYZE jobcap.jobs;
+});
+my ($done) = split / /, vacuums();
+kill_rows(700);
+some_cycles();
+is(vacuums(), "$done 0", 'history kept, 700 dead rows: below the threshold, no vacuum');
+kill_rows(800);
+ok(vacuumed($done + 1), 'history kept, 1,500 dead rows: past 1,046, a vacuum (not 3,046)');
+is($node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE state = 'pending') || ' '
+    || count(*) FILTER (WHERE state = 'succeeded') FROM jobcap.jobs"), '2300 100700',
+	'no job changed by it');
 is(count_log($node, qr/could not vacuum/), 0, 'no vacuum failed');
 
 $node->stop;
