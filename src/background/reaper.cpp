@@ -142,11 +142,11 @@ struct Worker {
     char database[NAMEDATALEN];
     StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling,
         vacuuming;
-    int64 vacuum_left;             // dead rows of jobcap.jobs that the worker's last vacuum left
-    int vacuum_factor;             // how many thresholds of new dead rows start the next vacuum
-    TransactionId vacuum_horizon;  // the table's xmin horizon after that vacuum
+    int64 vacuum_left;              // dead rows of jobcap.jobs that the worker's last vacuum left
+    int vacuum_factor;              // how many thresholds of new dead rows start the next vacuum
+    TransactionId vacuum_horizon;   // the table's xmin horizon after that vacuum
     TimestampTz vacuum_not_before;  // kVacuumSpacing after the last vacuum
-    bool extension_known;          // has the worker looked yet?
+    bool extension_known;           // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
