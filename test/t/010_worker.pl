@@ -151,9 +151,13 @@ $node->safe_psql('postgres', q{
 });
 my $manual = $node->background_psql('postgres');
 $manual->query_safe("CREATE TEMP TABLE by_hand (job_id bigint)");
-$node->safe_psql('postgres', "UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'
-    WHERE queue = 'many'");
-for (1 .. 40)
+# The leases expire in the transaction of the first reap by hand, so that the worker, which skips
+# the rows that transaction holds, cannot have reaped them all before the hand starts.
+$manual->query_safe("BEGIN;
+    UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second' WHERE queue = 'many';
+    INSERT INTO by_hand SELECT job_id FROM jobcap.reap_jobs(25);
+    COMMIT");
+for (2 .. 40)
 {
 	$manual->query_safe("INSERT INTO by_hand SELECT job_id FROM jobcap.reap_jobs(25)");
 }
