@@ -80,10 +80,15 @@ constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most on
 constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
 constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
 constexpr int kVacuumTimeoutMs = 10000;   // a vacuum of jobcap.jobs is cancelled after this
-constexpr int kVacuumSpacing = 9;         // no vacuum starts sooner than this many times the
-                                          // last one's duration after it ended (<= 10% busy)
-constexpr int kVacuumFactorMax = 64;      // vacuums that free little wait for this many times
-                                          // autovacuum's threshold of new dead rows, at most
+constexpr TimestampTz kVacuumTimeoutUs = kVacuumTimeoutMs * INT64CONST(1000);
+constexpr int kVacuumSpacing = 9;     // no vacuum starts sooner than this many times the
+                                      // last one's duration after it ended (<= 10% busy)
+constexpr int kVacuumFactorMax = 64;  // vacuums that free little wait for this many times
+                                      // autovacuum's threshold of new dead rows, at most
+// The longest wait the worker sets itself (a back-off, a vacuum's spacing). A wall clock stepped
+// back leaves a wait further ahead than this, which then ends it (waiting()).
+constexpr TimestampTz kSpacingLongestUs = kVacuumSpacing * kVacuumTimeoutUs;
+constexpr TimestampTz kWaitLongestUs = Max(kBackoffMaxMs * INT64CONST(1000), kSpacingLongestUs);
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
 // objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
 // can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
@@ -396,9 +401,16 @@ const StepMessages kScheduling = {
     "batches of %d",
     "jobcap reaper handled %llu schedule slots in database \"%s\" (batch of %d)"};
 
+// Whether a wait until `until` still holds at `now`.
+bool waiting(TimestampTz now, TimestampTz until)
+{
+    return now < until && until - now <= kWaitLongestUs;
+}
+
 // After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
-// each time in a row; the other steps carry on.
-void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* error)
+// each time in a row, and at least min_wait_ms; the other steps carry on.
+void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* error,
+              long min_wait_ms = 0)
 {
     step.failures++;
     if (outcome == Outcome::timed_out)
@@ -406,7 +418,7 @@ void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* e
     long wait = reap_interval_ms();
     for (int i = 0; i < step.failures && wait < kBackoffMaxMs; ++i)
         wait *= 2;
-    wait = Min(wait, kBackoffMaxMs);
+    wait = Max(Min(wait, kBackoffMaxMs), min_wait_ms);
     step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
     ereport(LOG, (errcode(error->sqlerrcode), errmsg(failed, w.database, wait, step.batch),
                   errdetail("%s", error->message)));
@@ -450,7 +462,7 @@ uint64 rolled_back_step(int32)
 // it back and gives the claim back (give_back_taken).
 void count_rollbacks()
 {
-    if (GetCurrentTimestamp() < w.counting_rollbacks.resume_at)
+    if (waiting(GetCurrentTimestamp(), w.counting_rollbacks.resume_at))
         return;
     for (int turn = 0; turn < kBatchesPerCycle; ++turn) {
         taken.next = 0;
@@ -548,7 +560,7 @@ void extension_found()
 // Returns false when the extension is not installed (the caller stops the cycle).
 bool in_batches(StepState& state, const StepMessages& says, Step step)
 {
-    if (GetCurrentTimestamp() < state.resume_at)
+    if (waiting(GetCurrentTimestamp(), state.resume_at))
         return true;
     for (int i = 0; i < kBatchesPerCycle; ++i) {
         uint64 rows = 0;
@@ -631,11 +643,13 @@ uint64 read_jobs_stats_step(int32)
             scale = options->autovacuum.vacuum_scale_factor;
     }
     double rows = Max((double) rel->rd_rel->reltuples, 0.0);
-    Oid finished = get_relname_relid("jobs_finished", get_namespace_oid("jobcap", false));
+    Oid finished = get_relname_relid("jobs_finished", RelationGetNamespace(rel));
     if (OidIsValid(finished)) {
         HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(finished));
         if (HeapTupleIsValid(tuple)) {
-            rows -= Max((double) ((Form_pg_class) GETSTRUCT(tuple))->reltuples, 0.0);
+            auto index = (Form_pg_class) GETSTRUCT(tuple);
+            if (index->relkind == RELKIND_INDEX)
+                rows -= Max((double) index->reltuples, 0.0);
             ReleaseSysCache(tuple);
         }
     }
@@ -735,8 +749,8 @@ void say_left_locked()
 bool vacuum_if_due()
 {
     TimestampTz now = GetCurrentTimestamp();
-    if (!guc_vacuum || !AutoVacuumingActive() || now < w.vacuuming.resume_at ||
-        now < w.vacuum_not_before)
+    if (!guc_vacuum || !AutoVacuumingActive() || waiting(now, w.vacuuming.resume_at) ||
+        waiting(now, w.vacuum_not_before))
         return true;
     uint64 rows = 0;
     ErrorData* error = nullptr;
@@ -767,15 +781,19 @@ bool vacuum_if_due()
 
     TimestampTz started = GetCurrentTimestamp();
     outcome = vacuum_jobs(&error);
+    TimestampTz ended = GetCurrentTimestamp();
+    // The wall clock may have stepped during the vacuum; no vacuum lasts longer than its
+    // timeout, so neither does the duration that spaces the next one. A cancelled vacuum (its
+    // timeout, a lock request it blocked) worked too, and spaces the next one the same way.
+    TimestampTz spacing = kVacuumSpacing * Min(Max(ended - started, 0), kVacuumTimeoutUs);
     if (outcome == Outcome::absent)
         return false;
     if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error, (long) (spacing / 1000));
         return true;
     }
-    TimestampTz ended = GetCurrentTimestamp();
     long ms = (long) ((ended - started) / 1000);
-    w.vacuum_not_before = ended + kVacuumSpacing * (ended - started);
+    w.vacuum_not_before = ended + spacing;
     outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
     if (outcome == Outcome::absent)
         return false;

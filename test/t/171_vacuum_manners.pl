@@ -131,6 +131,8 @@ ok(defined $took && $took < 13, 'the expired lease is reaped within the vacuum\'
 	. (defined $took ? sprintf(' (%.1f s)', $took) : ''));
 ok(count_log($node, qr/canceling statement due to statement timeout/, $offset) >= 1,
 	'the vacuum was cancelled at 10 s');
+ok(count_log($node, qr/could not vacuum jobcap\.jobs in database "postgres", trying again in 90000 ms/, $offset) >= 1,
+	'and it spaces the next one as a finished vacuum would: 9 x its 10 s');
 
 is($node->safe_psql('postgres', "SELECT string_agg(state || ' ' || n, ', ' ORDER BY state)
     FROM (SELECT state, count(*) AS n FROM jobcap.jobs GROUP BY state) s"), 'pending 1',
