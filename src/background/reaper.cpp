@@ -140,18 +140,17 @@ struct QueueMemory {
 struct StepState {
     int32 batch;            // current batch size
     int failures;           // consecutive failed attempts
-    TimestampTz resume_at;  // backing off until then
+    TimestampTz resume_at;  // backing off (vacuuming: or spaced) until then
 };
 
 struct Worker {
     char database[NAMEDATALEN];
     StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling,
         vacuuming;
-    int64 vacuum_left;              // dead rows of jobcap.jobs that the worker's last vacuum left
-    int vacuum_factor;              // how many thresholds of new dead rows start the next vacuum
-    TransactionId vacuum_horizon;   // the table's xmin horizon after that vacuum
-    TimestampTz vacuum_not_before;  // kVacuumSpacing after the last vacuum
-    bool extension_known;           // has the worker looked yet?
+    int64 vacuum_left;             // dead rows of jobcap.jobs that the worker's last vacuum left
+    int vacuum_factor;             // how many thresholds of new dead rows start the next vacuum
+    TransactionId vacuum_horizon;  // the table's xmin horizon after that vacuum
+    bool extension_known;          // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
@@ -749,8 +748,7 @@ void say_left_locked()
 bool vacuum_if_due()
 {
     TimestampTz now = GetCurrentTimestamp();
-    if (!guc_vacuum || !AutoVacuumingActive() || waiting(now, w.vacuuming.resume_at) ||
-        waiting(now, w.vacuum_not_before))
+    if (!guc_vacuum || !AutoVacuumingActive() || waiting(now, w.vacuuming.resume_at))
         return true;
     uint64 rows = 0;
     ErrorData* error = nullptr;
@@ -784,21 +782,23 @@ bool vacuum_if_due()
     TimestampTz ended = GetCurrentTimestamp();
     // The wall clock may have stepped during the vacuum; no vacuum lasts longer than its
     // timeout, so neither does the duration that spaces the next one. A cancelled vacuum (its
-    // timeout, a lock request it blocked) worked too, and spaces the next one the same way.
-    TimestampTz spacing = kVacuumSpacing * Min(Max(ended - started, 0), kVacuumTimeoutUs);
+    // timeout, a lock request it blocked) worked too, and spaces the next one the same way: the
+    // step's resume_at holds the spacing as it holds a back-off.
+    long spacing_ms =
+        kVacuumSpacing * (long) (Min(Max(ended - started, 0), kVacuumTimeoutUs) / 1000);
     if (outcome == Outcome::absent)
         return false;
     if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error, (long) (spacing / 1000));
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error, spacing_ms);
         return true;
     }
     long ms = (long) ((ended - started) / 1000);
-    w.vacuum_not_before = ended + spacing;
+    w.vacuuming.resume_at = ended + (TimestampTz) spacing_ms * 1000;
     outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
     if (outcome == Outcome::absent)
         return false;
     if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
+        back_off(w.vacuuming, kVacuuming.failed, outcome, error, spacing_ms);
         return true;
     }
     if (jobs_stats.vacuums == before.vacuums) {
@@ -911,7 +911,6 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
     w.vacuum_left = 0;
     w.vacuum_factor = 1;
     w.vacuum_horizon = InvalidTransactionId;
-    w.vacuum_not_before = 0;
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 
