@@ -76,6 +76,16 @@ my $inserted = $node->safe_psql('postgres', 'SELECT now()');
 ok(defined wait_until($node, "SELECT counted_until > '$inserted' FROM jobcap.stats_progress"),
 	'the worker counted up to now');
 my $scans = q{SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'jobcap.%s'::regclass};
+# The worker's statistics reach pg_stat_user_tables at most once a second, all its pending
+# counts at once, and a flush may leave an entry someone is reading for the next. Its plans from
+# before the ANALYZE (a table of three rows, then one growing under the INSERT) may have read the
+# table: wait for two flushes after the count, so that those scans are in the baseline.
+for (1 .. 2) {
+	my $flushed = $node->safe_psql('postgres', sprintf($scans, 'stats_progress'));
+	defined wait_until($node, "SELECT seq_scan > $flushed FROM pg_stat_user_tables
+	    WHERE relid = 'jobcap.stats_progress'::regclass")
+	  or die "the worker's statistics did not reach pg_stat_user_tables";
+}
 my $jobs_scans = $node->safe_psql('postgres', sprintf($scans, 'jobs'));
 my $finished_read = q{SELECT idx_tup_read FROM pg_stat_user_indexes
     WHERE indexrelid = 'jobcap.jobs_finished'::regclass};
