@@ -2,8 +2,9 @@
 #include "pg.hpp"
 
 #include "jobcap.hpp"
-#include "background/rollbacks.hpp"
-#include "functions/stats.hpp"
+#include "background/worker.hpp"
+#include "housekeeping/rollbacks.hpp"
+#include "housekeeping/stats.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;

@@ -9,30 +9,16 @@ extern int guc_max_payload_bytes;     // jobcap.max_payload_bytes: largest paylo
 extern int guc_max_output_bytes;      // jobcap.max_output_bytes: largest job output kept
 extern int guc_default_max_attempts;  // jobcap.default_max_attempts: create_queue's default cap
 
-// jobcap.hot_path: how claims and settles run (src/direct/jobs.hpp).
+// jobcap.hot_path: how claims and settles run (src/direct/direct.hpp).
 enum HotPath { kHotPathSql, kHotPathDirect };
 extern int guc_hot_path;
 
-// The background worker's settings (read by src/worker.cpp).
+// The background worker's settings (read by src/background/).
 extern char* guc_database;             // jobcap.database: the databases served, or '*'
 extern int guc_reap_interval_ms;       // jobcap.reap_interval
 extern int guc_report_interval_s;      // jobcap.report_interval
 extern int guc_succeeded_retention_s;  // jobcap.succeeded_retention, 0 = keep forever
 extern int guc_dead_retention_s;       // jobcap.dead_retention, 0 = keep forever
 extern bool guc_vacuum;                // jobcap.vacuum: the worker vacuums jobcap.jobs too
-
-// jobcap.database (src/launcher.cpp): its check hook (needs pg.hpp included first), whether it
-// says '*', and whether it selects a database.
-bool check_database(char** newval, void** extra, GucSource source);
-bool all_databases();
-bool database_wanted(const char* name);
-
-// Registers the launcher, which starts a reaper per selected database. Called from _PG_init
-// while shared_preload_libraries is being processed.
-void register_launcher();
-
-// Installs the hooks of src/background/ddl.cpp (reapers out of the way of database DDL, the
-// launcher woken by it). Called from _PG_init while shared_preload_libraries is being processed.
-void install_ddl_hooks();
 
 }  // namespace jobcap

@@ -32,6 +32,7 @@ extern "C" {
 #include <csignal>
 
 #include "jobcap.hpp"
+#include "background/worker.hpp"
 
 namespace jobcap {
 namespace {

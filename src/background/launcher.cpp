@@ -32,6 +32,7 @@ extern "C" {
 }
 
 #include "jobcap.hpp"
+#include "background/worker.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_launcher_main(Datum main_arg);
 

@@ -51,14 +51,15 @@ extern "C" {
 #include "utils/varlena.h"
 }
 
-#include "background/rollbacks.hpp"
+#include "housekeeping/rollbacks.hpp"
 #include "core/report.hpp"
 #include "core/rules.hpp"
 #include "jobcap.hpp"
+#include "background/worker.hpp"
 #include "spi/plans.hpp"
-#include "functions/reap.hpp"
-#include "functions/schedules.hpp"
-#include "functions/stats.hpp"
+#include "housekeeping/reap.hpp"
+#include "housekeeping/schedules.hpp"
+#include "housekeeping/stats.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
 

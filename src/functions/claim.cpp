@@ -11,7 +11,7 @@
 // one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
 // queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
 // snapshot, and claims at most the difference.
-#include "background/rollbacks.hpp"
+#include "housekeeping/rollbacks.hpp"
 #include "direct/jobs.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"

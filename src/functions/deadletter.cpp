@@ -9,7 +9,7 @@
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
-#include "functions/stats.hpp"
+#include "housekeeping/stats.hpp"
 #include "spi/cap.hpp"
 
 namespace jobcap {

@@ -5,7 +5,7 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
-#include "functions/stats.hpp"
+#include "housekeeping/stats.hpp"
 
 #include "core/stats.hpp"
 

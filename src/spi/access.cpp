@@ -1,6 +1,5 @@
 #include "spi/access.hpp"
 
-#include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
 

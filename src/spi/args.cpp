@@ -1,6 +1,5 @@
 #include "spi/args.hpp"
 
-#include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
 

@@ -1,6 +1,5 @@
 // The errors every family of functions shares: bad arguments, unknown objects, stale fences.
 #include "spi/access.hpp"
-#include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"

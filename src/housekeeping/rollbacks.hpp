@@ -1,4 +1,4 @@
-// Claims whose transaction rolled back (src/background/rollbacks.cpp): with jobcap preloaded,
+// Claims whose transaction rolled back (src/housekeeping/rollbacks.cpp): with jobcap preloaded,
 // their attempts are still counted, by the database's reaper, in a transaction of its own.
 #pragma once
 

@@ -1,4 +1,5 @@
-// Periodic jobs, shared by jobcap.run_schedules() and the background worker.
+// Periodic jobs, shared by jobcap.run_schedules() and the background worker
+// (src/housekeeping/schedules.cpp says how a slot is enqueued once).
 #pragma once
 
 #include "pg.hpp"
@@ -10,5 +11,9 @@ namespace jobcap {
 // Sets *handled to the schedules whose slot it handled (enqueued or skipped by the dedupe key)
 // and returns how many jobs it enqueued. Does nothing before the 0.2.0 schema is installed.
 uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled);
+
+// A time as the minutes core/cron.hpp counts (since 1970-01-01 UTC, rounded down), and back.
+int64 cron_minute_of(TimestampTz t);
+TimestampTz time_of_cron_minute(int64 minute);
 
 }  // namespace jobcap

@@ -15,7 +15,7 @@
 //     serves the database (uncounted_rolled_back_jobs): a worker that claims again at once after
 //     its rollback would otherwise hold the row through its work while the reaper's count waits
 //     for it past lock_timeout, and a committed claim would overtake the count.
-//  4. The reaper (reaper.cpp) marks its database's entries as its own (they stay in the ring
+//  4. The reaper (background/reaper.cpp) marks its database's entries as its own (they stay in the ring
 //     until counted or given up, so their jobs stay skipped) and counts each in a transaction of
 //     its own, as a compare-and-swap (count_rolled_back below): attempts + 1 and a history row
 //     of kind claim_rolled_back, dead when the cap is reached, but only while the job is still
@@ -29,7 +29,7 @@
 // A transaction that claimed cannot be prepared (PREPARE TRANSACTION): its fate would be
 // decided in another session, where no callback of this one runs. The ring lives in shared
 // memory only: a server crash (or immediate shutdown) loses the entries not yet counted.
-#include "background/rollbacks.hpp"
+#include "housekeeping/rollbacks.hpp"
 
 extern "C" {
 #include "storage/ipc.h"
