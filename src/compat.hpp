@@ -9,7 +9,14 @@
 #error "jobcap supports PostgreSQL 15, 17 and 18"
 #endif
 
-// The direct path (src/direct/jobs.cpp). Needs executor/executor.h, access/genam.h and
+// PostgreSQL 16 added VACUUM's SKIP_DATABASE_STATS option: the reaper's vacuum then leaves the
+// database's frozen-xid horizon to autovacuum (src/background/vacuum.cpp).
+constexpr bool jobcap_vacuum_has_skip_database_stats()
+{
+    return PG_VERSION_NUM >= 160000;
+}
+
+// The direct path (src/direct/). Needs executor/executor.h, access/genam.h and
 // access/tableam.h included first.
 #ifdef JOBCAP_DIRECT_PATH
 // How an update's index entries must be inserted: PostgreSQL 16 turned simple_table_tuple_update's

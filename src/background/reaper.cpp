@@ -1,17 +1,18 @@
 // The reaper ("jobcap reaper"): one background worker per database that jobcap.database selects,
-// started by the launcher (src/launcher.cpp). Every jobcap.reap_interval it runs the same reaper
-// as reap_jobs() (jobcap::reap, src/reap.cpp) in bounded batches, counts the jobs that finished
-// (refresh_stats, src/stats.cpp; at most once a second), enqueues the due slots of periodic
-// jobs (src/functions/schedules.cpp), prunes finished jobs past their
-// retention once they are counted, and every jobcap.report_interval logs one line per queue
-// that got worse, from the same figures as jobcap.queue_stats (collect_stats).
+// started by the launcher (launcher.cpp). Every jobcap.reap_interval it runs the same reaper as
+// reap_jobs() (housekeeping/reap.hpp) in bounded batches, counts the jobs that finished (the
+// call of refresh_stats, housekeeping/stats.hpp; at most once a second), counts the attempts of
+// rolled-back claims (housekeeping/rollbacks.hpp), enqueues the due slots of periodic jobs
+// (housekeeping/schedules.hpp), prunes finished jobs past their retention once they are
+// counted, vacuums jobcap.jobs when autovacuum's threshold for it is crossed (vacuum.cpp), and
+// every jobcap.report_interval logs one line per queue that got worse, from the same figures as
+// jobcap.queue_stats (collect_stats).
 //
 // Shaped like PostgreSQL's src/test/modules/worker_spi: signal handlers only set flags and the
-// latch; each batch is its own short transaction (statement start timestamp, transaction, SPI,
-// snapshot, activity report, and the reverse), so no snapshot outlives a batch. SPI in a
-// background worker arms no statement_timeout, so each batch arms its own; lock_timeout is set
-// for the session. A batch that times out is rolled back, the batch shrinks and the worker backs
-// off; any other error is logged and retried the same way, never crash-looped.
+// latch; each batch is its own short transaction (steps.hpp), so no snapshot outlives a batch;
+// lock_timeout is set for the session. A batch that times out is rolled back, the batch shrinks
+// and the step backs off; any other error is logged and retried the same way, never
+// crash-looped.
 //
 // Like every frame that calls PostgreSQL, this file holds plain data only (src/boundary.hpp):
 // ereport is a longjmp. Nothing here can throw a C++ exception: the one pure-C++ call, the report
@@ -19,60 +20,38 @@
 #include "pg.hpp"
 
 extern "C" {
-#include "storage/lock.h"
 #include "access/xlog.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_extension.h"
-#include "commands/extension.h"
-#include "commands/vacuum.h"
-#include "nodes/makefuncs.h"
-#include "parser/parse_node.h"
 #include "pgstat.h"
-#include "postmaster/autovacuum.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lmgr.h"
-#include "storage/proc.h"
-#include "storage/procarray.h"
+#include "storage/lock.h"
 #include "tcop/tcopprot.h"
-#include "utils/backend_status.h"
-#include "utils/fmgrprotos.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/rel.h"
-#include "utils/snapmgr.h"
-#include "utils/syscache.h"
-#include "utils/timeout.h"
-#include "utils/varlena.h"
 }
 
-#include "housekeeping/rollbacks.hpp"
+#include "background/steps.hpp"
+#include "background/vacuum.hpp"
+#include "background/worker.hpp"
 #include "core/report.hpp"
 #include "core/rules.hpp"
-#include "jobcap.hpp"
-#include "background/worker.hpp"
-#include "spi/plans.hpp"
 #include "housekeeping/reap.hpp"
+#include "housekeeping/rollbacks.hpp"
 #include "housekeeping/schedules.hpp"
 #include "housekeeping/stats.hpp"
+#include "jobcap.hpp"
+#include "spi/plans.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
 
 namespace jobcap {
 namespace {
 
-// Fixed limits (documented in docs/worker.md).
-constexpr int32 kBatchMax = 1000;           // jobs per reap or prune transaction
-constexpr int32 kBatchMin = 10;             // ... after shrinking on timeouts
+// Fixed limits (documented in docs/worker.md); the batch sizes and the longest back-off are in
+// steps.hpp, the vacuum's in vacuum.hpp.
 constexpr int kBatchesPerCycle = 50;        // a cycle stops after this many full batches
-constexpr int kStatementTimeoutMs = 10000;  // per batch
 constexpr const char* kLockTimeout = "1s";  // per lock wait, for the whole session
-constexpr long kBackoffMaxMs = 60000;       // longest wait after repeated failures
 constexpr int64 kAbsentGraceMs = 1000;      // with '*', how long a new reaper looks for the
                                             // extension (a CREATE EXTENSION that woke the
                                             // launcher may not have committed yet)
@@ -80,16 +59,6 @@ constexpr long kAbsentPollMs = 100;
 constexpr int64 kCountEveryUs = 1000000;  // counts of finished jobs: at most once a second
 constexpr int kRolledBackPerTake = 64;    // rolled-back claims taken from the ring at a time
 constexpr int kRolledBackTries = 3;       // failed transactions before one is given up
-constexpr int kVacuumTimeoutMs = 10000;   // a vacuum of jobcap.jobs is cancelled after this
-constexpr TimestampTz kVacuumTimeoutUs = kVacuumTimeoutMs * INT64CONST(1000);
-constexpr int kVacuumSpacing = 9;     // no vacuum starts sooner than this many times the
-                                      // last one's duration after it ended (<= 10% busy)
-constexpr int kVacuumFactorMax = 64;  // vacuums that free little wait for this many times
-                                      // autovacuum's threshold of new dead rows, at most
-// The longest wait the worker sets itself (a back-off, a vacuum's spacing). A wall clock stepped
-// back leaves a wait further ahead than this, which then ends it (waiting()).
-constexpr TimestampTz kSpacingLongestUs = kVacuumSpacing * kVacuumTimeoutUs;
-constexpr TimestampTz kWaitLongestUs = Max(kBackoffMaxMs * INT64CONST(1000), kSpacingLongestUs);
 // The session lock a reaper holds on its database: an advisory lock tag ('jobc', 'reap') with
 // objsubid 3. SQL's advisory-lock functions only make tags with objsubid 1 or 2, so no session
 // can take this one and silently stop the reaper; pg_locks shows it as an advisory lock.
@@ -100,16 +69,15 @@ constexpr uint16 kLockSubId = 3;
 // Retention: finished jobs older than $1 (a timestamptz cut) go, oldest first, at most $2 per
 // transaction, with their error history, but never one that refresh_stats has not counted yet.
 // Locked rows are skipped (a requeue in flight wins); the DELETE repeats the guard.
-// The ORDER BY is jobs_finished's key, so walking that index is the only cheap plan. Without it
-// the planner, not knowing the cut (LEAST of $1 and the InitPlan), guessed a third of the
-// finished jobs due and a sequential scan that would meet $2 of them early; in the usual cycle
-// none is due, and it read the whole table every second, holding back the xmin horizon for the
-// while (claims could not mark claimed entries dead, nor vacuum remove them): 250-500 ms a
-// cycle with 880,000 jobs kept, and claims slowed to half in ten minutes of churn.
+// The ORDER BY is jobs_finished's key, so walking that index is the only cheap plan: without
+// it the planner, not knowing the cut (LEAST of $1 and the InitPlan), guesses a third of the
+// finished jobs due and picks a sequential scan that would meet $2 of them early; in the usual
+// cycle none is due, so that scan reads the whole table every cycle and holds back the xmin
+// horizon meanwhile (claims cannot mark claimed entries dead, nor vacuum remove them).
 // The DELETE's guard sits inside IS TRUE (as in the reaper's UPDATE), so that it reaches the
 // doomed rows by primary key only: as an index condition on jobs_finished, with statistics that
-// saw none due (retention lowered, a worker that was down), every batch read the whole due range
-// of that index (50,000 entries a batch of 1,000 for a 50,000-job backlog).
+// saw none due (retention lowered, a worker that was down), every batch would read the whole
+// due range of that index.
 #define PRUNE(STATES)                                                                              \
     "WITH doomed AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
@@ -135,23 +103,11 @@ struct QueueMemory {
     int64 due;
 };
 
-// The worker's state: plain data, one per process.
-// Each step of a cycle (reap, count, the two prunes) keeps its own batch size and back-off, so
-// one that fails or times out (a slow count, a prune behind a lock) delays only itself.
-struct StepState {
-    int32 batch;            // current batch size
-    int failures;           // consecutive failed attempts
-    TimestampTz resume_at;  // backing off (vacuuming: or spaced) until then
-};
-
+// The worker's state: plain data, one per process (the vacuum step's is in vacuum.cpp).
 struct Worker {
     char database[NAMEDATALEN];
-    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling,
-        vacuuming;
-    int64 vacuum_left;             // dead rows of jobcap.jobs that the worker's last vacuum left
-    int vacuum_factor;             // how many thresholds of new dead rows start the next vacuum
-    TransactionId vacuum_horizon;  // the table's xmin horizon after that vacuum
-    bool extension_known;          // has the worker looked yet?
+    StepState reaping, counting, pruning_succeeded, pruning_dead, counting_rollbacks, scheduling;
+    bool extension_known;  // has the worker looked yet?
     bool extension_present;
     TimestampTz window_start;  // where the next report window starts
     TimestampTz next_report;
@@ -164,110 +120,12 @@ struct Worker {
 };
 Worker w;
 
-enum class Outcome { done, absent, timed_out, failed };
-
-typedef uint64 (*Step)(int32 batch);
-
-// Whether extension jobcap exists now, read in a transaction of its own.
-bool extension_exists_now()
-{
-    MemoryContext caller = CurrentMemoryContext;
-    StartTransactionCommand();
-    bool exists = OidIsValid(get_extension_oid("jobcap", true));
-    CommitTransactionCommand();
-    MemoryContextSwitchTo(caller);  // the commit left TopMemoryContext current
-    return exists;
-}
-
-// In a PG_CATCH: the error copied into the caller's memory context, the transaction rolled
-// back, and what the error means for the step (a cancel or a lock wait that timed out, or a
-// failure).
-Outcome rolled_back(MemoryContext caller, uint32 holdoff, ErrorData** error)
-{
-    MemoryContextSwitchTo(caller);
-    ErrorData* e = CopyErrorData();
-    FlushErrorState();
-    AbortCurrentTransaction();  // releases the LWLocks the error left held
-    InterruptHoldoffCount = holdoff;
-    *error = e;
-    return (e->sqlerrcode == ERRCODE_QUERY_CANCELED || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-               ? Outcome::timed_out
-               : Outcome::failed;
-}
-
-// After a step: DROP EXTENSION may commit between the step's check and its statements (or
-// while a batch waits for a lock), which then fail on a relation that is gone: that is the
-// extension's absence, not a failure to log.
-Outcome finished(Outcome outcome, ErrorData** error)
-{
-    if (outcome == Outcome::failed && !extension_exists_now()) {
-        FreeErrorData(*error);
-        *error = nullptr;
-        outcome = Outcome::absent;
-    }
-    pgstat_report_stat(false);
-    pgstat_report_activity(STATE_IDLE, nullptr);
-    return outcome;
-}
-
-// Runs step(batch) in its own transaction with its own statement start time, snapshot and
-// statement timeout. Never raises ERROR: a failure is rolled back and returned, with its error
-// copied into *error (in the caller's memory context) for the caller to log.
-Outcome in_transaction(const char* activity, Step step, int32 batch, uint64* rows,
-                       ErrorData** error)
-{
-    MemoryContext caller = CurrentMemoryContext;
-    uint32 holdoff = InterruptHoldoffCount;
-    volatile Outcome outcome = Outcome::done;
-    volatile uint64 result = 0;
-
-    *error = nullptr;
-    // Each batch is a statement of its own: its start time (xact_start in pg_stat_activity,
-    // the prune cut-off) is now, not when the worker started.
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    PG_TRY();
-    {
-        SPI_connect();
-        PushActiveSnapshot(GetTransactionSnapshot());
-        pgstat_report_activity(STATE_RUNNING, activity);
-        // A DROP EXTENSION in progress holds its extension's lock until it commits: take the
-        // lock (waiting for such a drop) and look again, so that no step runs into tables
-        // dropped under it.
-        Oid extension = get_extension_oid("jobcap", true);
-        if (OidIsValid(extension)) {
-            LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
-            if (get_extension_oid("jobcap", true) != extension)
-                extension = InvalidOid;
-        }
-        if (!OidIsValid(extension)) {
-            outcome = Outcome::absent;
-        } else {
-            enable_timeout_after(STATEMENT_TIMEOUT, kStatementTimeoutMs);
-            result = step(batch);
-            disable_timeout(STATEMENT_TIMEOUT, false);
-        }
-        SPI_finish();
-        PopActiveSnapshot();
-        CommitTransactionCommand();
-    }
-    PG_CATCH();
-    {
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        outcome = rolled_back(caller, holdoff, error);
-    }
-    PG_END_TRY();
-    MemoryContextSwitchTo(caller);
-    *rows = result;
-    return finished(outcome, error);
-}
-
 uint64 reap_step(int32 batch)
 {
     return reap(batch);
 }
 
-// Enqueues due slots of periodic jobs (functions/schedules.cpp); a batch counts the schedules
+// Enqueues due slots of periodic jobs (housekeeping/schedules.hpp); a batch counts the schedules
 // handled, so a short batch ends the step.
 uint64 schedule_step(int32 batch)
 {
@@ -358,20 +216,6 @@ uint64 report_step(int32)
     return rows;
 }
 
-long reap_interval_ms()
-{
-    return guc_reap_interval_ms;
-}
-
-// What the log says of one step, in whole sentences: `failed` when a batch fails (database,
-// wait in ms, next batch size; the error itself goes into the detail), `done` at DEBUG1 after
-// each batch (rows, database, batch size); `activity` is its pg_stat_activity query text.
-struct StepMessages {
-    const char* activity;
-    const char* failed;
-    const char* done;
-};
-
 const StepMessages kReaping = {
     "jobcap: reaping expired leases",
     "jobcap reaper could not reap jobs in database \"%s\", retrying in %ld ms with batches of %d",
@@ -401,31 +245,7 @@ const StepMessages kScheduling = {
     "batches of %d",
     "jobcap reaper handled %llu schedule slots in database \"%s\" (batch of %d)"};
 
-// Whether a wait until `until` still holds at `now`.
-bool waiting(TimestampTz now, TimestampTz until)
-{
-    return now < until && until - now <= kWaitLongestUs;
-}
-
-// After a failed batch of one step: shrink its batch if it timed out, and let it wait longer
-// each time in a row, and at least min_wait_ms; the other steps carry on.
-void back_off(StepState& step, const char* failed, Outcome outcome, ErrorData* error,
-              long min_wait_ms = 0)
-{
-    step.failures++;
-    if (outcome == Outcome::timed_out)
-        step.batch = Max(step.batch / 2, kBatchMin);
-    long wait = reap_interval_ms();
-    for (int i = 0; i < step.failures && wait < kBackoffMaxMs; ++i)
-        wait *= 2;
-    wait = Max(Min(wait, kBackoffMaxMs), min_wait_ms);
-    step.resume_at = GetCurrentTimestamp() + (int64) wait * 1000;
-    ereport(LOG, (errcode(error->sqlerrcode), errmsg(failed, w.database, wait, step.batch),
-                  errdetail("%s", error->message)));
-    FreeErrorData(error);
-}
-
-// Rolled-back claims (background/rollbacks.cpp) taken from the shared ring (marked as ours, still
+// Rolled-back claims (housekeeping/rollbacks.hpp) taken from the shared ring (marked as ours, still
 // in it, so claims keep skipping their jobs) and not counted yet: given back to the ring if the
 // reaper exits before counting them.
 struct TakenClaims {
@@ -585,247 +405,8 @@ bool in_batches(StepState& state, const StepMessages& says, Step step)
     return true;
 }
 
-// Vacuuming jobcap.jobs. A claim walks the claim index from its queue's first entry, over the
-// entries of every job claimed since the table was last vacuumed: they point to dead rows and
-// stay, marked dead, until VACUUM removes them and frees their pages. Autovacuum looks at the
-// table once per autovacuum_naptime (a minute by default); at thousands of jobs a second the
-// claims of that minute walk hundreds of index pages each, and spend most of the server's CPU
-// doing it (measured in docs/worker.md). So the worker applies autovacuum's own rule for the
-// table (dead rows above autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor x rows, the
-// table's settings first) every cycle, and runs VACUUM (SKIP_LOCKED, PARALLEL 0) jobcap.jobs
-// itself when it holds. Its "rows" leave out the finished jobs (jobs_finished's reltuples): no
-// claim walks them, and a history kept would otherwise put vacuums ever further apart while the
-// claims between them walk ever more entries (measured: README, Results, W5). A vacuum does cost
-// more with a longer history (it reads every index whole), so none starts sooner after the last
-// than kVacuumSpacing times that one's duration. Never with autovacuum off, for the server or for the table
-// (autovacuum_enabled), or with jobcap.vacuum off. The vacuum behaves like autovacuum's where it
-// could get in the way: it yields to a lock request it blocks (the process is flagged as an
-// autovacuum worker while it vacuums, so the waiter cancels it after deadlock_timeout), is
-// cancelled after kVacuumTimeoutMs (the worker reaps nothing meanwhile), does not truncate the
-// table (an AccessExclusiveLock replayed on standbys) and, from PostgreSQL 16, leaves the
-// database's frozen-xid horizon to autovacuum. A table locked by someone else is left for a later
-// cycle without a vacuum, or a word. Rows that a snapshot still sees stay dead
-// after a vacuum: while the table's xmin horizon stays where it was, the next vacuum waits for
-// a threshold of new dead rows beyond those, and a vacuum that freed less than half of what it
-// was started for doubles that wait (kVacuumFactorMax); once the horizon moves on, the rule is
-// autovacuum's again.
-struct JobsStats {
-    bool enabled;           // autovacuum_enabled for the table
-    bool lockable;          // a VACUUM's lock on it is free now
-    int64 dead;             // pg_stat_get_dead_tuples
-    int64 vacuums;          // pg_stat_get_vacuum_count: manual vacuums of the table so far
-    int64 threshold;        // autovacuum's vacuum threshold for the table
-    TransactionId horizon;  // GetOldestNonRemovableTransactionId
-};
-JobsStats jobs_stats;
-
-const StepMessages kVacuuming = {
-    "jobcap: vacuuming jobcap.jobs",
-    "jobcap reaper could not vacuum jobcap.jobs in database \"%s\", trying again in %ld ms",
-    nullptr};
-
-uint64 read_jobs_stats_step(int32)
-{
-    Oid relid = get_relname_relid("jobs", get_namespace_oid("jobcap", false));
-    if (!OidIsValid(relid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("relation \"jobcap.jobs\" does not exist")));
-    Relation rel = table_open(relid, AccessShareLock);
-    const auto* options = reinterpret_cast<const StdRdOptions*>(rel->rd_options);
-    int base = autovacuum_vac_thresh;
-    double scale = autovacuum_vac_scale;
-    jobs_stats.enabled = true;
-    if (options != nullptr) {
-        jobs_stats.enabled = options->autovacuum.enabled;
-        if (options->autovacuum.vacuum_threshold >= 0)
-            base = options->autovacuum.vacuum_threshold;
-        if (options->autovacuum.vacuum_scale_factor >= 0)
-            scale = options->autovacuum.vacuum_scale_factor;
-    }
-    double rows = Max((double) rel->rd_rel->reltuples, 0.0);
-    Oid finished = get_relname_relid("jobs_finished", RelationGetNamespace(rel));
-    if (OidIsValid(finished)) {
-        HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(finished));
-        if (HeapTupleIsValid(tuple)) {
-            auto index = (Form_pg_class) GETSTRUCT(tuple);
-            if (index->relkind == RELKIND_INDEX)
-                rows -= Max((double) index->reltuples, 0.0);
-            ReleaseSysCache(tuple);
-        }
-    }
-    rows = Max(rows, 0.0);
-    jobs_stats.horizon = GetOldestNonRemovableTransactionId(rel);
-    table_close(rel, AccessShareLock);
-    // VACUUM (SKIP_LOCKED) would skip a locked table with a WARNING; look first.
-    jobs_stats.lockable = ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock);
-    if (jobs_stats.lockable)
-        UnlockRelationOid(relid, ShareUpdateExclusiveLock);
-    jobs_stats.threshold = (int64) (base + scale * rows);
-    jobs_stats.dead =
-        DatumGetInt64(DirectFunctionCall1(pg_stat_get_dead_tuples, ObjectIdGetDatum(relid)));
-    jobs_stats.vacuums =
-        DatumGetInt64(DirectFunctionCall1(pg_stat_get_vacuum_count, ObjectIdGetDatum(relid)));
-    return 1;
-}
-
-// Flags this process as an autovacuum worker, or not: a backend that waits for a lock this
-// process holds then cancels it after deadlock_timeout (ProcSleep), as it would autovacuum.
-void as_autovacuum(bool on)
-{
-    LWLockAcquire(ProcArrayLock, LW_EXCLUSIVE);
-    if (on)
-        MyProc->statusFlags |= PROC_IS_AUTOVACUUM;
-    else
-        MyProc->statusFlags &= ~PROC_IS_AUTOVACUUM;
-    ProcGlobal->statusFlags[MyProc->pgxactoff] = MyProc->statusFlags;
-    LWLockRelease(ProcArrayLock);
-}
-
-DefElem* option(const char* name, Node* value)
-{
-    return makeDefElem(pstrdup(name), value, -1);
-}
-
-// VACUUM (SKIP_LOCKED, PARALLEL 0, TRUNCATE false[, SKIP_DATABASE_STATS]) jobcap.jobs, as a
-// top-level statement of this process: VACUUM runs its own transactions. Its memory lives in a
-// context of its own under PortalContext, as in an autovacuum worker. Never raises ERROR (see
-// in_transaction).
-Outcome vacuum_jobs(ErrorData** error)
-{
-    MemoryContext caller = CurrentMemoryContext;
-    MemoryContext portal =
-        AllocSetContextCreate(TopMemoryContext, "jobcap vacuum", ALLOCSET_DEFAULT_SIZES);
-    MemoryContext saved_portal = PortalContext;
-    uint32 holdoff = InterruptHoldoffCount;
-    volatile Outcome outcome = Outcome::done;
-
-    *error = nullptr;
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    PG_TRY();
-    {
-        pgstat_report_activity(STATE_RUNNING, kVacuuming.activity);
-        PortalContext = portal;
-        MemoryContextSwitchTo(portal);
-        VacuumStmt* stmt = makeNode(VacuumStmt);
-        stmt->options =
-            list_make3(option("skip_locked", nullptr), option("parallel", (Node*) makeInteger(0)),
-                       option("truncate", (Node*) makeInteger(0)));
-#if PG_VERSION_NUM >= 160000
-        stmt->options = lappend(stmt->options, option("skip_database_stats", nullptr));
-#endif
-        stmt->rels = list_make1(makeVacuumRelation(
-            makeRangeVar(pstrdup("jobcap"), pstrdup("jobs"), -1), InvalidOid, NIL));
-        stmt->is_vacuumcmd = true;
-        as_autovacuum(true);
-        enable_timeout_after(STATEMENT_TIMEOUT, kVacuumTimeoutMs);
-        ExecVacuum(make_parsestate(nullptr), stmt, true);
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        as_autovacuum(false);
-        QueryCancelPending = false;  // a waiter's cancel that came as the vacuum ended
-        CommitTransactionCommand();
-    }
-    PG_CATCH();
-    {
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        outcome = rolled_back(caller, holdoff, error);
-        as_autovacuum(false);  // after the rollback released the LWLocks
-    }
-    PG_END_TRY();
-    PortalContext = saved_portal;
-    MemoryContextSwitchTo(caller);
-    MemoryContextDelete(portal);
-    return finished(outcome, error);
-}
-
-void say_left_locked()
-{
-    ereport(DEBUG1, (errmsg("jobcap reaper leaves jobcap.jobs in database \"%s\" for a later "
-                            "cycle: another session holds a lock that VACUUM needs",
-                            w.database)));
-}
-
-// The vacuum step of a cycle. Returns false when the extension is not installed.
-bool vacuum_if_due()
-{
-    TimestampTz now = GetCurrentTimestamp();
-    if (!guc_vacuum || !AutoVacuumingActive() || waiting(now, w.vacuuming.resume_at))
-        return true;
-    uint64 rows = 0;
-    ErrorData* error = nullptr;
-    Outcome outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
-    if (outcome == Outcome::absent)
-        return false;
-    if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error);
-        return true;
-    }
-    JobsStats before = jobs_stats;
-    // The snapshots that kept rows from the last vacuum may be gone; another vacuum
-    // (autovacuum's, a DBA's) may have removed what ours left.
-    if (TransactionIdIsValid(w.vacuum_horizon) &&
-        TransactionIdPrecedes(w.vacuum_horizon, before.horizon)) {
-        w.vacuum_left = 0;
-        w.vacuum_factor = 1;
-        w.vacuum_horizon = InvalidTransactionId;
-    }
-    w.vacuum_left = Min(w.vacuum_left, before.dead);
-    int64 wanted = before.dead - w.vacuum_left;
-    if (!before.enabled || wanted <= before.threshold * w.vacuum_factor)
-        return true;
-    if (!before.lockable) {
-        say_left_locked();
-        return true;
-    }
-
-    TimestampTz started = GetCurrentTimestamp();
-    outcome = vacuum_jobs(&error);
-    TimestampTz ended = GetCurrentTimestamp();
-    // The wall clock may have stepped during the vacuum; no vacuum lasts longer than its
-    // timeout, so neither does the duration that spaces the next one. A cancelled vacuum (its
-    // timeout, a lock request it blocked) worked too, and spaces the next one the same way: the
-    // step's resume_at holds the spacing as it holds a back-off.
-    long spacing_ms =
-        kVacuumSpacing * (long) (Min(Max(ended - started, 0), kVacuumTimeoutUs) / 1000);
-    if (outcome == Outcome::absent)
-        return false;
-    if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error, spacing_ms);
-        return true;
-    }
-    long ms = (long) ((ended - started) / 1000);
-    w.vacuuming.resume_at = ended + (TimestampTz) spacing_ms * 1000;
-    outcome = in_transaction(kVacuuming.activity, read_jobs_stats_step, 0, &rows, &error);
-    if (outcome == Outcome::absent)
-        return false;
-    if (outcome != Outcome::done) {
-        back_off(w.vacuuming, kVacuuming.failed, outcome, error, spacing_ms);
-        return true;
-    }
-    if (jobs_stats.vacuums == before.vacuums) {
-        // Skipped after all: the table was locked between the look and the vacuum.
-        say_left_locked();
-        return true;
-    }
-    int64 left = jobs_stats.dead;
-    bool freed_enough = before.dead - left >= wanted / 2;
-    w.vacuum_factor = freed_enough ? 1 : Min(w.vacuum_factor * 2, kVacuumFactorMax);
-    w.vacuum_left = left;
-    w.vacuum_horizon = jobs_stats.horizon;
-    w.vacuuming.failures = 0;
-    ereport(DEBUG1,
-            (errmsg("jobcap reaper vacuumed jobcap.jobs in database \"%s\" in %ld ms: %lld dead "
-                    "rows before, %lld after",
-                    w.database, ms, (long long) before.dead, (long long) left),
-             freed_enough ? 0
-                          : errdetail("Most dead rows are still visible to some snapshot: the "
-                                      "next vacuum waits for %lld new dead rows.",
-                                      (long long) (before.threshold * w.vacuum_factor))));
-    return true;
-}
-
-// One cycle: reap, count, prune, vacuum, maybe report, each step backing off on its own. Returns how
-// long to wait before the next.
+// One cycle: reap, schedule, count, prune, vacuum, maybe report, each step backing off on its
+// own. Returns how long to wait before the next.
 long cycle()
 {
     if (RecoveryInProgress())
@@ -896,6 +477,12 @@ bool launcher_gone()
 }
 
 }  // namespace
+
+const char* reaper_database()
+{
+    return w.database;
+}
+
 }  // namespace jobcap
 
 using namespace jobcap;
@@ -908,10 +495,7 @@ extern "C" void jobcap_reaper_main(Datum main_arg)
 
     strlcpy(w.database, MyBgworkerEntry->bgw_extra, sizeof w.database);
     w.reaping = w.counting = w.pruning_succeeded = w.pruning_dead = w.counting_rollbacks =
-        w.scheduling = w.vacuuming = StepState{kBatchMax, 0, 0};
-    w.vacuum_left = 0;
-    w.vacuum_factor = 1;
-    w.vacuum_horizon = InvalidTransactionId;
+        w.scheduling = StepState{kBatchMax, 0, 0};
     w.started_at = GetCurrentTimestamp();
     BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 

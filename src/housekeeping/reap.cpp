@@ -17,8 +17,8 @@ namespace statements {
 // later pass, never waited for. The UPDATE repeats every guard, inside IS TRUE so that no
 // partial index can be chosen for them (the rows are reached by primary key; see
 // functions/claim.cpp). A lease that expired counts as a failed attempt with backoff, and leaves
-// a history row saying no report came. CAP: the cap of job j joined with queue q, CAP_BY: the same with the queue looked
-// up by j.queue (spi/cap.hpp).
+// a history row saying no report came. CAP: the cap of job j joined with queue q, CAP_BY: the
+// same with the queue looked up by j.queue (spi/cap.hpp).
 // $1 = max_jobs, $2 = now (one clock reading per call: correct inside procedures too).
 #define REAP_JOBS(CAP, CAP_BY)                                                                     \
     "WITH expired AS MATERIALIZED ("                                                               \
