@@ -12,7 +12,7 @@
 // queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
 // snapshot, and claims at most the difference.
 #include "housekeeping/rollbacks.hpp"
-#include "direct/jobs.hpp"
+#include "direct/direct.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"

@@ -7,7 +7,7 @@
 #include "spi/plans.hpp"
 #include "spi/queue_lock.hpp"
 #include "spi/statements.hpp"
-#include "direct/jobs.hpp"
+#include "direct/direct.hpp"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 // whatever it wrote in the same transaction rolls back with it. The last parameter of each is
 // the caller (access.hpp): a job of a queue not granted to it matches no row either, and
 // raise_not_current tells the two apart.
-#include "direct/jobs.hpp"
+#include "direct/direct.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"

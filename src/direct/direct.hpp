@@ -9,6 +9,12 @@
 // (heap_multi_insert). WAL, logical decoding, statistics and HOT are heapam's, the same as for
 // the SQL statements.
 //
+// The operations pair with the SQL functions that call them: claim.cpp with functions/claim.cpp,
+// settle.cpp (and history.cpp, a failure's history) with functions/settle.cpp, enqueue.cpp with
+// functions/enqueue.cpp. What they share is private to src/direct/: heap.hpp (PostgreSQL's
+// headers), shape.hpp (the tables as learnt, shape.cpp, and vetted, vet.hpp) and rows.hpp (one
+// call's table and indexes; a row found, locked, re-checked and updated).
+//
 // The SQL statements stay the reference (jobcap.hot_path = sql), and serve every call the direct
 // path does not: REPEATABLE READ and SERIALIZABLE (where a row changed since the snapshot must
 // raise a serialization failure), tables with triggers, row security, constraints or anything

@@ -1,0 +1,123 @@
+// claim on the direct path (direct.hpp): the claim statement's cohort found through the claim
+// index, locked with SKIP LOCKED, re-checked, and updated row by row.
+#include "direct/rows.hpp"
+
+namespace jobcap::direct {
+
+int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
+          Datum uncounted, TimestampTz now, Claimed* out)
+{
+    Op op;
+    begin(op);
+
+    // The queue's settings, as the statement's one-time filter and InitPlans read them.
+    QueueRow q;
+    bool open = read_queue(op, queue, &q) && !q.paused && !q.limited;
+    int32 queue_cap = q.cap;
+    int64 queue_epoch = q.epoch;
+    Datum queue_lease = q.lease;
+    if (!open || !may_work(access, queue, op.snapshot)) {
+        end(op);
+        elog(DEBUG2,
+             "jobcap: the claim goes to the SQL path: the queue is missing, paused, "
+             "capped or not the caller's");
+        return -1;
+    }
+    Datum granted_lease = no_lease ? queue_lease : lease;
+    Datum expires =
+        DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), granted_lease);
+
+    ArrayType* skip = DatumGetArrayTypeP(uncounted);
+    int nskip = ArrayGetNItems(ARR_NDIM(skip), ARR_DIMS(skip));
+    const int64* skipped = reinterpret_cast<const int64*>(ARR_DATA_PTR(skip));
+
+    // The statement's cohort: pending, due, below its cap, not skipped; then locked with SKIP
+    // LOCKED and checked again on the locked version.
+    auto eligible = [&](TupleTableSlot* slot, int32* cap, bool* no_cap) -> bool {
+        if (state_of(slot) != shape.pending)
+            return false;
+        bool isnull = false;
+        Datum q2 = slot_getattr(slot, shape.job[kQueue], &isnull);
+        if (isnull ||
+            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, q2, queue)))
+            return false;
+        Datum run_at = slot_getattr(slot, shape.job[kRunAt], &isnull);
+        if (isnull || DatumGetTimestampTz(run_at) > now)
+            return false;
+        bool own_null = false, epoch_null = false;
+        int32 own = int4_of(slot, kMaxAttempts, &own_null);
+        int64 epoch = int8_of(slot, kCapEpoch, &epoch_null);
+        // JOBCAP_CAP_OF (spi/cap.hpp): the job's own cap while its budget's epoch is the
+        // queue's, else the lower of its own and the queue's.
+        if (!epoch_null && epoch == queue_epoch) {
+            *cap = own;
+            *no_cap = own_null;
+        } else {
+            *cap = own_null ? queue_cap : Min(own, queue_cap);
+            *no_cap = false;
+        }
+        if (*no_cap || int4_of(slot, kAttempts) >= *cap)
+            return false;
+        int64 id = int8_of(slot, kJobId);
+        for (int i = 0; i < nskip; ++i)
+            if (skipped[i] == id)
+                return false;
+        return true;
+    };
+
+    // The claim index's first key is the queue's hash: queues whose names share it share a run
+    // of the index, and eligible() compares the name.
+    Relation index = open_index(op, shape.jobs_claim);
+    ScanKeyData key;
+    ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+                           queue_hash(queue));
+    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 1, 0);
+    index_rescan(scan, &key, 1, nullptr, 0);
+    TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
+    int claimed = 0;
+    while (claimed < batch && index_getnext_slot(scan, ForwardScanDirection, seen)) {
+        int32 cap = 0;
+        bool no_cap = false;
+        if (!eligible(seen, &cap, &no_cap))
+            continue;
+        ItemPointerData tid = seen->tts_tid;
+        TM_FailureData failure;
+        TM_Result r =
+            table_tuple_lock(op.rel, &tid, op.snapshot, op.found, op.cid, LockTupleNoKeyExclusive,
+                             LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
+        if (r != TM_Ok || !eligible(op.found, &cap, &no_cap))
+            continue;  // locked by another (SKIP LOCKED), gone, or no longer claimable
+
+        bool first_null = false;
+        slot_getattr(op.found, shape.job[kFirstClaimedAt], &first_null);
+        int32 attempts = int4_of(op.found, kAttempts) + 1;
+        int64 fence = nextval_internal(shape.fences, false);
+        set(op, kState, ObjectIdGetDatum(shape.running));
+        set(op, kAttempts, Int32GetDatum(attempts));
+        set(op, kFence, Int64GetDatum(fence));
+        set(op, kLease, granted_lease);
+        set(op, kLeaseExpiresAt, expires);
+        set(op, kWorker, worker);
+        set(op, kClaimedAt, TimestampTzGetDatum(now));
+        if (first_null)
+            set(op, kFirstClaimedAt, TimestampTzGetDatum(now));
+        update(op);
+
+        Claimed& c = out[claimed++];
+        c.job_id = int8_of(op.next, kJobId);
+        c.fence = fence;
+        c.attempts = attempts;
+        c.cap = cap;
+        c.no_cap = no_cap;
+        c.lease_expires_at = DatumGetTimestampTz(expires);
+        bool isnull = false;
+        Datum payload = slot_getattr(op.next, shape.job[kPayload], &isnull);
+        c.payload = isnull ? (Datum) 0 : datumCopy(payload, false, -1);
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(seen);
+    end(op);
+    return claimed;
+}
+
+}  // namespace jobcap::direct

@@ -1,0 +1,79 @@
+// enqueue on the direct path (direct.hpp): rows built as the SQL path's INSERT builds them and
+// inserted as COPY FROM inserts them.
+#include "direct/rows.hpp"
+
+namespace jobcap::direct {
+
+int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, const EnqueueValues& v,
+            int64* ids, bool* notify)
+{
+    Op op;
+    begin(op, CMD_INSERT);
+    QueueRow q;
+    if (!read_queue(op, queue, &q) || !may_work(access, queue, op.snapshot)) {
+        end(op);
+        elog(DEBUG2,
+             "jobcap: the enqueue goes to the SQL path: the queue is missing or not the "
+             "caller's");
+        return -1;
+    }
+    *notify = q.notify;
+
+    // Every column as the SQL path's INSERT sets it: listed ones from the call, the rest their
+    // (constant) defaults.
+    TupleDesc desc = RelationGetDescr(op.rel);
+    NewRow row = new_row(desc->natts, shape.defaults, shape.default_nulls);
+    auto put = [&](JobColumn c, Datum value, bool isnull) {
+        row.set(shape.job[c], value, isnull);
+    };
+    put(kQueue, queue, false);
+    put(kRunAt, TimestampTzGetDatum(v.run_at), false);
+    put(kPriority, Int32GetDatum(v.priority), false);
+    put(kMaxAttempts, Int32GetDatum(v.max_attempts), v.no_max_attempts);
+    put(kEnqueuedAt, TimestampTzGetDatum(v.now), false);
+    if (v.lists_dedupe_key)
+        put(kDedupeKey, (Datum) 0, true);
+
+    // In chunks, as COPY FROM buffers its rows: one heap_multi_insert per chunk (one WAL record
+    // per page instead of one per row), then each row's index entries, in payload order.
+    constexpr int kChunk = 1000;
+    int chunk = Min(n, kChunk);
+    TupleTableSlot** slots =
+        static_cast<TupleTableSlot**>(palloc(sizeof(TupleTableSlot*) * Max(chunk, 1)));
+    for (int i = 0; i < chunk; ++i)
+        slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+    MemoryContext rows =
+        AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows", ALLOCSET_DEFAULT_SIZES);
+    for (int first = 0; first < n; first += chunk) {
+        int count = Min(chunk, n - first);
+        MemoryContext caller = MemoryContextSwitchTo(rows);
+        for (int i = 0; i < count; ++i) {
+            int64 id = nextval_internal(shape.identity, false);
+            ids[first + i] = id;
+            put(kJobId, Int64GetDatum(id), false);
+            put(kPayload, payloads[first + i], false);
+            ExecStoreHeapTuple(heap_form_tuple(desc, row.values, row.nulls), slots[i], true);
+        }
+        table_multi_insert(op.rel, slots, count, op.cid, 0, nullptr);
+        MemoryContextSwitchTo(caller);
+        for (int i = 0; i < count; ++i) {
+            if (op.opened != nullptr)
+                insert_index_entries(op, slots[i], false);
+            else if (op.result->ri_NumIndices > 0)
+                jobcap_insert_index_tuples_new(op.result, slots[i], op.estate);
+            ResetExprContext(GetPerTupleExprContext(op.estate));
+            ExecClearTuple(slots[i]);
+        }
+        MemoryContextReset(rows);
+    }
+    MemoryContextDelete(rows);
+    for (int i = 0; i < chunk; ++i)
+        ExecDropSingleTupleTableSlot(slots[i]);
+    pfree(slots);
+    pfree(row.values);
+    pfree(row.nulls);
+    end(op);
+    return n;
+}
+
+}  // namespace jobcap::direct

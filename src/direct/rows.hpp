@@ -1,0 +1,143 @@
+// The direct path's row primitives (src/direct/rows.cpp), shared by its operations (claim.cpp,
+// settle.cpp, enqueue.cpp, history.cpp). Private to src/direct/.
+#pragma once
+
+#include "direct/shape.hpp"
+
+namespace jobcap::direct {
+
+// Runs work as owner, restricted, as spi_open runs the SQL path's statements (spi/access.cpp).
+// An error needs no cleanup: transaction and subtransaction abort restore the user.
+template <typename Work>
+void as_owner(Oid owner, const Work& work)
+{
+    Oid user = InvalidOid;
+    int context = 0;
+    GetUserIdAndSecContext(&user, &context);
+    SetUserIdAndSecContext(owner,
+                           context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    work();
+    SetUserIdAndSecContext(user, context);
+}
+
+// One call's work on jobcap.jobs: the table and every index open, a fresh snapshot (what SPI
+// takes for each statement of a volatile function, after a command counter increment).
+struct Op {
+    Snapshot snapshot;
+    CommandId cid;
+    Relation rel;
+    EState* estate;
+    ResultRelInfo* result;
+    TupleTableSlot* found;  // the version found or locked (a buffer slot)
+    TupleTableSlot* next;   // the new version
+    Datum* values;          // the new version's replaced columns (set(), then update())
+    bool* nulls;
+    bool* replace;
+    Relation* opened;  // with cached indexes: those opened so far (indexes.oids' order)
+};
+
+// A new row of natts columns, every one its learnt default (learn_defaults) until set.
+struct NewRow {
+    Datum* values;
+    bool* nulls;
+    void set(AttrNumber column, Datum value, bool isnull)
+    {
+        values[column - 1] = value;
+        nulls[column - 1] = isnull;
+    }
+};
+
+// A queue's row as the statements read it (in op's snapshot).
+struct QueueRow {
+    bool paused;
+    bool limited;  // max_running set
+    int32 cap;
+    int64 epoch;
+    Datum lease;  // copied
+    bool notify;
+    Datum backoff_base, backoff_max;  // copied
+};
+
+// A column of a job's version in slot (isnull may be nullptr for a column read as never NULL).
+inline int64 int8_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[c], &n);
+    if (isnull != nullptr)
+        *isnull = n;
+    return n ? 0 : DatumGetInt64(d);
+}
+inline int32 int4_of(TupleTableSlot* slot, JobColumn c, bool* isnull = nullptr)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[c], &n);
+    if (isnull != nullptr)
+        *isnull = n;
+    return n ? 0 : DatumGetInt32(d);
+}
+inline Oid state_of(TupleTableSlot* slot)
+{
+    bool n = false;
+    Datum d = slot_getattr(slot, shape.job[kState], &n);
+    return n ? InvalidOid : DatumGetObjectId(d);
+}
+
+// Replaces column c in the next update().
+inline void set(Op& op, JobColumn c, Datum value, bool isnull = false)
+{
+    int i = shape.job[c] - 1;
+    op.values[i] = value;
+    op.nulls[i] = isnull;
+    op.replace[i] = true;
+}
+
+// Whether relid is one of jobcap.jobs' cached indexes; forgets them (shape.cpp's invalidation
+// callback).
+bool indexes_include(Oid relid);
+void forget_indexes();
+
+// The claim index's key for queue: hashtextextended(queue, 0), its first key's expression.
+Datum queue_hash(Datum queue);
+
+// Starts one call's work: a command counter increment and a fresh snapshot, jobcap.jobs opened
+// with its indexes (learnt first when the cache was forgotten). cmd: the statement's command
+// (UPDATE for the settles and claims, INSERT for enqueues, SELECT ... FOR NO KEY UPDATE for
+// assert_fence): an UPDATE checks the replica identity of a published table when it starts,
+// whether or not it then finds a row. end() closes what begin() opened; the table's lock stays
+// to the end of the transaction, as a statement's.
+void begin(Op& op, CmdType cmd = CMD_UPDATE);
+void end(Op& op);
+
+// An index of jobcap.jobs, opened for this call.
+Relation open_index(Op& op, Oid index);
+
+// A new row of natts columns set to their defaults (palloc'd in the current memory context).
+NewRow new_row(int natts, const Datum* defaults, const bool* default_nulls);
+
+// ExecInsertIndexTuples for the cached indexes: the new version (slot) goes into each index
+// whose predicate it passes. After an update, an index none of whose columns it replaced is
+// hinted as unchanged (bottom-up deletion of the old version's duplicates, as the executor
+// hints); a new row's entries never are.
+void insert_index_entries(Op& op, TupleTableSlot* slot, bool update);
+
+// Whether caller may work queue: privileged, or a grant of the queue names a role whose
+// privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).
+bool may_work(const Access& access, Datum queue, Snapshot snapshot);
+
+// Reads queue's row: false when there is none (or it has a NULL where the table says NOT NULL:
+// a row the direct path does not interpret; the SQL path then decides).
+bool read_queue(Op& op, Datum queue, QueueRow* row);
+
+// Finds job_id's version visible to the snapshot (through the primary key), checks that it is
+// (fence, running) of a queue the caller may work, locks its latest version FOR NO KEY UPDATE
+// (waiting, as UPDATE does) and checks the same on it (the statement's EvalPlanQual). True with
+// the locked version in op.found. same_queue: fail_job's statement joins the queue's row its
+// scan read, so a job moved to another queue meanwhile matches no row.
+bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence, bool same_queue = false);
+
+// Writes the new version of the row in op.found (locked by this transaction) with the columns
+// set() replaced, and its index entries unless the update was HOT. Leaves the new version in
+// op.next.
+void update(Op& op);
+
+}  // namespace jobcap::direct

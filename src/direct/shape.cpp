@@ -1,0 +1,310 @@
+// The direct path's knowledge of jobcap's tables (shape.hpp): learnt under the tables' locks on
+// first use, vetted (vet.hpp), kept per backend and forgotten when the relcache entry of one of
+// them is invalidated; and usable(), which decides per call whether the direct path serves it.
+#include "direct/shape.hpp"
+
+#include "direct/rows.hpp"
+#include "direct/vet.hpp"
+#include "jobcap.hpp"
+
+namespace jobcap::direct {
+
+Shape shape;
+MemoryContext shape_context = nullptr;
+uint64 invalidations = 0;
+
+namespace {
+
+// The names of the columns of shape.hpp's enums.
+const char* const kJobColumnNames[kJobColumns] = {
+    "job_id",       "queue",       "state",   "priority",         "run_at", "attempts",
+    "max_attempts", "fence",       "lease",   "lease_expires_at", "worker", "first_claimed_at",
+    "claimed_at",   "finished_at", "payload", "cap_epoch",        "output", "dedupe_key",
+    "enqueued_at"};
+// Their types: the direct path writes Datums of exactly these (state: jobcap.job_state, checked
+// by its labels). A column a DBA changed sends every call to the SQL path.
+const Oid kJobColumnTypes[kJobColumns] = {
+    INT8OID,  TEXTOID,     InvalidOid,     INT4OID, TIMESTAMPTZOID, INT4OID,        INT4OID,
+    INT8OID,  INTERVALOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+    JSONBOID, INT8OID,     JSONBOID,       TEXTOID, TIMESTAMPTZOID};
+const char* const kQueueColumnNames[kQueueColumns] = {"queue",  "max_attempts", "lease",
+                                                      "paused", "max_running",  "cap_epoch",
+                                                      "notify", "backoff_base", "backoff_max"};
+const Oid kQueueColumnTypes[kQueueColumns] = {TEXTOID, INT4OID, INTERVALOID, BOOLOID,    INT4OID,
+                                              INT8OID, BOOLOID, INTERVALOID, INTERVALOID};
+// jobcap.job_errors, the history fail_job and crash_job add to (and prune).
+const char* const kErrorColumnNames[kErrorColumns] = {"seq",  "job_id", "queue", "attempt", "fence",
+                                                      "kind", "worker", "error", "at"};
+const Oid kErrorColumnTypes[kErrorColumns] = {INT8OID, INT8OID, TEXTOID, INT4OID,       INT8OID,
+                                              TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+
+bool callback_registered = false;
+
+// The relcache callback: a change to one of the tables or jobs' indexes forgets the shape.
+void forget_shape(Datum, Oid relid)
+{
+    bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
+                relid == shape.grants || relid == shape.errors || indexes_include(relid);
+    if (ours) {
+        shape.known = false;
+        forget_indexes();
+        ++invalidations;
+    }
+}
+
+// For enqueueing: the INSERT of the SQL path lists queue, payload, run_at, priority,
+// max_attempts and enqueued_at (and dedupe_key, for enqueue_job); job_id must be an identity
+// column.
+bool learn_job_defaults(Relation jobs, Shape& s)
+{
+    s.identity = identity_of(jobs, s.job[kJobId]);
+    if (!OidIsValid(s.identity))
+        return false;
+    const AttrNumber listed[] = {s.job[kJobId],     s.job[kQueue],    s.job[kPayload],
+                                 s.job[kRunAt],     s.job[kPriority], s.job[kMaxAttempts],
+                                 s.job[kEnqueuedAt]};
+    TupleDesc desc = RelationGetDescr(jobs);
+    // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
+    return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
+           may_hold(TupleDescAttr(desc, s.job[kDedupeKey] - 1), true) &&
+           may_hold(TupleDescAttr(desc, s.job[kMaxAttempts] - 1), true);
+}
+
+// For failing: job_errors as the history statements write it (see Shape::failable).
+bool learn_errors(Shape& s)
+{
+    s.errors_by_job = get_relname_relid("job_errors_job", get_namespace_oid("jobcap", true));
+    if (!OidIsValid(s.errors) || !OidIsValid(s.errors_by_job))
+        return false;
+    Relation errors = table_open(s.errors, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(errors);
+    bool ok = errors->trigdesc == nullptr && !errors->rd_rel->relrowsecurity &&
+              errors->rd_rules == nullptr && errors->rd_rel->relkind == RELKIND_RELATION &&
+              !errors->rd_rel->relispartition && !errors->rd_rel->relhassubclass &&
+              errors->rd_rel->relam == HEAP_TABLE_AM_OID &&
+              (desc->constr == nullptr || (!desc->constr->has_generated_stored &&
+                                           !jobcap_has_generated_virtual(desc->constr)));
+    for (int c = 0; ok && c < kErrorColumns; ++c) {
+        s.error[c] = column(desc, kErrorColumnNames[c], kErrorColumnTypes[c]);
+        ok = s.error[c] != InvalidAttrNumber;
+        if (ok) {
+            Form_pg_attribute a = TupleDescAttr(desc, s.error[c] - 1);
+            ok = a->atttypmod == -1 &&
+                 (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+        }
+    }
+    for (int i = 0; ok && desc->constr != nullptr && i < desc->constr->num_check; ++i)
+        ok = !not_plain(static_cast<Node*>(stringToNode(desc->constr->check[i].ccbin)), nullptr);
+    if (ok) {
+        List* oids = RelationGetIndexList(errors);
+        ListCell* lc;
+        foreach (lc, oids) {
+            Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+            ok = ok && plain_index(index, InvalidAttrNumber) && index->rd_index->indimmediate;
+            index_close(index, AccessShareLock);
+        }
+        list_free(oids);
+    }
+    AttrNumber by_job[2] = {s.error[kEJobId], s.error[kESeq]};
+    ok = ok && index_on(s.errors_by_job, s.errors, by_job, 2);
+    s.errors_identity = ok ? identity_of(errors, s.error[kESeq]) : InvalidOid;
+    ok = ok && OidIsValid(s.errors_identity) &&
+         learn_defaults(errors, s.error, kErrorColumns, &s.error_defaults, &s.error_default_nulls);
+    table_close(errors, AccessShareLock);
+    return ok;
+}
+
+// Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
+bool learn_shape()
+{
+    Shape s = {};
+    if (shape_context == nullptr)
+        shape_context = AllocSetContextCreate(CacheMemoryContext, "jobcap direct path shape",
+                                              ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(shape_context);
+    shape.defaults = nullptr;  // in shape_context
+    shape.default_nulls = nullptr;
+    shape.error_defaults = nullptr;
+    shape.error_default_nulls = nullptr;
+    Oid nsp = get_namespace_oid("jobcap", true);
+    if (!OidIsValid(nsp))
+        return false;
+    s.jobs = get_relname_relid("jobs", nsp);
+    s.jobs_pkey = get_relname_relid("jobs_pkey", nsp);
+    s.jobs_claim = get_relname_relid("jobs_claim", nsp);
+    s.queues = get_relname_relid("queues", nsp);
+    s.queues_pkey = get_relname_relid("queues_pkey", nsp);
+    s.grants = get_relname_relid("queue_grants", nsp);
+    s.grants_pkey = get_relname_relid("queue_grants_pkey", nsp);
+    s.fences = get_relname_relid("fences", nsp);
+    if (!OidIsValid(s.jobs) || !OidIsValid(s.queues) || !OidIsValid(s.grants) ||
+        !OidIsValid(s.fences))
+        return false;
+    s.direct = OidIsValid(s.jobs_pkey) && OidIsValid(s.jobs_claim) && OidIsValid(s.queues_pkey) &&
+               OidIsValid(s.grants_pkey);
+
+    Relation jobs = table_open(s.jobs, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(jobs);
+    for (int c = 0; c < kJobColumns; ++c) {
+        s.job[c] = column(desc, kJobColumnNames[c], kJobColumnTypes[c]);
+        s.direct = s.direct && s.job[c] != InvalidAttrNumber;
+    }
+    s.direct = s.direct && !executor_needed(jobs, s.job);
+    // Columns read as never NULL must be NOT NULL; none may carry a typmod (the direct path
+    // stores values as they come, where the executor would coerce them) or compare under a
+    // collation other than the database's (the SQL statements would use it).
+    const JobColumn never_null[] = {kJobId, kQueue, kState, kRunAt, kAttempts, kFence, kPayload};
+    for (JobColumn c : never_null)
+        s.direct = s.direct && TupleDescAttr(desc, s.job[c] - 1)->attnotnull;
+    for (int c = 0; s.direct && c < kJobColumns; ++c) {
+        Form_pg_attribute a = TupleDescAttr(desc, s.job[c] - 1);
+        s.direct = a->atttypmod == -1 &&
+                   (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+    }
+    if (s.direct) {
+        List* oids = RelationGetIndexList(jobs);
+        ListCell* lc;
+        foreach (lc, oids) {
+            Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+            s.direct = s.direct && plain_index(index, s.job[kQueue]);
+            index_close(index, AccessShareLock);
+        }
+        list_free(oids);
+    }
+    if (s.direct) {
+        Oid type = TupleDescAttr(desc, s.job[kState] - 1)->atttypid;
+        s.pending = state_value(type, "pending");
+        s.running = state_value(type, "running");
+        s.succeeded = state_value(type, "succeeded");
+        s.dead = state_value(type, "dead");
+        s.direct = OidIsValid(s.pending) && OidIsValid(s.running) && OidIsValid(s.succeeded) &&
+                   OidIsValid(s.dead);
+    }
+    s.insertable = s.direct ? Learnt::unknown : Learnt::no;
+    table_close(jobs, AccessShareLock);
+
+    Relation queues = table_open(s.queues, AccessShareLock);
+    for (int c = 0; c < kQueueColumns; ++c) {
+        s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
+        s.direct = s.direct && s.queue[c] != InvalidAttrNumber;
+        if (s.direct) {
+            Form_pg_attribute a = TupleDescAttr(RelationGetDescr(queues), s.queue[c] - 1);
+            // max_running is the one that may be NULL (no limit).
+            s.direct = (a->attnotnull || c == kQMaxRunning) && a->atttypmod == -1 &&
+                       (!OidIsValid(a->attcollation) || a->attcollation == DEFAULT_COLLATION_OID);
+        }
+    }
+    table_close(queues, AccessShareLock);
+    Relation grants = table_open(s.grants, AccessShareLock);
+    s.grant_queue = column(RelationGetDescr(grants), "queue", TEXTOID);
+    s.grant_grantee = column(RelationGetDescr(grants), "grantee", TEXTOID);
+    table_close(grants, AccessShareLock);
+
+    if (s.direct) {
+        AttrNumber pkey[1] = {s.job[kJobId]};
+        // The claim index: hashtextextended(queue, 0) (an expression, 0), priority, run_at, job_id.
+        AttrNumber claim[4] = {0, s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
+        AttrNumber qkey[1] = {s.queue[kQQueue]};
+        AttrNumber gkey[1] = {s.grant_queue};
+        s.direct =
+            s.grant_queue != InvalidAttrNumber && index_on(s.jobs_pkey, s.jobs, pkey, 1) &&
+            index_on(s.jobs_claim, s.jobs, claim, 4, s.job[kState], s.pending, s.job[kQueue]) &&
+            index_on(s.queues_pkey, s.queues, qkey, 1) &&
+            index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
+    }
+    s.errors = get_relname_relid("job_errors", nsp);
+    s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
+    s.known = true;
+    shape = s;
+    return true;
+}
+
+// Learns what an enqueue or a failure needs, once per shape, under the tables' locks (usable).
+// An invalidation meanwhile leaves it unknown (and the shape forgotten): the SQL path serves.
+bool learn_need(Need need)
+{
+    Learnt& state = need == Need::insert ? shape.insertable : shape.failable;
+    if (state == Learnt::unknown) {
+        uint64 seen = invalidations;
+        bool ok = false;
+        if (need == Need::insert) {
+            Relation jobs = table_open(shape.jobs, AccessShareLock);
+            ok = learn_job_defaults(jobs, shape);
+            table_close(jobs, AccessShareLock);
+        } else {
+            ok = learn_errors(shape);
+        }
+        if (invalidations != seen || !shape.known)
+            return false;
+        state = ok ? Learnt::yes : Learnt::no;
+    }
+    return state == Learnt::yes;
+}
+
+}  // namespace
+
+bool usable(const char* function, Need need)
+{
+    const char* why = nullptr;
+    if (guc_hot_path != kHotPathDirect) {
+        why = "jobcap.hot_path is sql";
+    } else if (IsolationUsesXactSnapshot()) {
+        why = "the transaction is REPEATABLE READ or SERIALIZABLE";
+    } else if (XactReadOnly || RecoveryInProgress()) {
+        why = "the transaction is read-only";  // the SQL path raises what UPDATE raises
+    } else {
+        if (!callback_registered) {
+            CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
+            callback_registered = true;
+        }
+        // The shape is trusted only under the table's lock, taken as UPDATE takes it: locking
+        // accepts the invalidations of every change committed before it (a trigger created
+        // since this transaction began), and no change to the table commits before this
+        // transaction ends. An invalidation arriving while the shape is learned (opening a table
+        // accepts them too) means what was learned may be stale: learn again.
+        for (int tries = 0; tries < 3; ++tries) {
+            if (!shape.known) {
+                uint64 seen = invalidations;
+                if (!learn_shape())
+                    break;
+                if (invalidations != seen) {
+                    shape.known = false;
+                    continue;
+                }
+            }
+            if (!shape.direct)
+                break;
+            LockRelationOid(shape.jobs, RowExclusiveLock);
+            if (need == Need::fail && shape.known && OidIsValid(shape.errors))
+                LockRelationOid(shape.errors, RowExclusiveLock);  // its shape likewise
+            if (shape.known)
+                break;
+        }
+        if (!shape.known || !shape.direct)
+            why =
+                "jobcap.jobs has triggers, rules, row security, constraints or generated "
+                "columns, or is not as jobcap 0.2.0 made it";
+        else if (need == Need::fail && !learn_need(need))
+            why =
+                "jobcap.job_errors has triggers, rules, row security, constraints, defaults or "
+                "indexes the direct path does not write as the executor would";
+        else if (need == Need::insert && !learn_need(need))
+            why =
+                "a column of jobcap.jobs has a default other than a constant, or is NOT NULL "
+                "where an enqueue leaves it NULL";
+    }
+    // Tests read these (client_min_messages = debug2) to know which path served a call.
+    if (why != nullptr)
+        elog(DEBUG2, "jobcap: %s takes the SQL path: %s", function, why);
+    else
+        elog(DEBUG2, "jobcap: %s takes the direct path", function);
+    return why == nullptr;
+}
+
+Datum succeeded_state()
+{
+    return ObjectIdGetDatum(shape.succeeded);
+}
+
+}  // namespace jobcap::direct

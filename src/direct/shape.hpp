@@ -1,0 +1,100 @@
+// What the direct path knows of jobcap's tables (their shape), learnt once per backend and
+// forgotten when the relcache entry of one of them is invalidated: src/direct/shape.cpp learns
+// it, src/direct/vet.cpp decides what the direct path may do itself. Private to src/direct/.
+#pragma once
+
+#include "direct/heap.hpp"
+
+#include "direct/direct.hpp"
+
+namespace jobcap::direct {
+
+// The columns the direct path reads or writes, found by name (column order is not part of the
+// tables' contract: an upgraded database and a fresh one may differ). Their names and types are
+// in shape.cpp.
+enum JobColumn {
+    kJobId,
+    kQueue,
+    kState,
+    kPriority,
+    kRunAt,
+    kAttempts,
+    kMaxAttempts,
+    kFence,
+    kLease,
+    kLeaseExpiresAt,
+    kWorker,
+    kFirstClaimedAt,
+    kClaimedAt,
+    kFinishedAt,
+    kPayload,
+    kCapEpoch,
+    kOutput,
+    kDedupeKey,
+    kEnqueuedAt,
+    kJobColumns
+};
+enum QueueColumn {
+    kQQueue,
+    kQMaxAttempts,
+    kQLease,
+    kQPaused,
+    kQMaxRunning,
+    kQCapEpoch,
+    kQNotify,
+    kQBackoffBase,
+    kQBackoffMax,
+    kQueueColumns
+};
+// jobcap.job_errors, the history fail_job and crash_job add to (and prune).
+enum ErrorColumn {
+    kESeq,
+    kEJobId,
+    kEQueue,
+    kEAttempt,
+    kEFence,
+    kEKind,
+    kEWorker,
+    kEError,
+    kEAt,
+    kErrorColumns
+};
+
+enum class Learnt : uint8 { unknown, yes, no };
+
+// What the direct path knows of the installed tables. Learned on first use and forgotten when
+// the relcache entry of one of them is invalidated (ALTER TABLE, CREATE TRIGGER, CREATE INDEX,
+// ALTER EXTENSION jobcap UPDATE, DROP EXTENSION, ...).
+struct Shape {
+    bool known;
+    bool direct;  // 0.2.0 columns present, no triggers, no row security, indexes as expected
+    Oid jobs, jobs_pkey, jobs_claim, queues, queues_pkey, grants, grants_pkey, fences;
+    AttrNumber job[kJobColumns];
+    AttrNumber queue[kQueueColumns];
+    AttrNumber grant_queue, grant_grantee;
+    Oid pending, running, succeeded, dead;  // jobs.state's enum values
+    // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
+    // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);
+    // job_id is an identity column whose sequence is identity. Learnt on the first enqueue
+    // (learn_need), so that a default that cannot be computed fails enqueues only, as on the
+    // SQL path.
+    Learnt insertable;
+    Oid identity;
+    int natts;
+    Datum* defaults;
+    bool* default_nulls;
+    // Failing (failable): job_errors has no triggers, rules or row security, CHECK constraints
+    // of built-in functions only (the direct path evaluates them as the executor does), seq an
+    // identity column, constant defaults elsewhere, and its index on (job_id, seq). Learnt on
+    // the first failure.
+    Learnt failable;
+    Oid errors, errors_by_job, errors_identity;
+    AttrNumber error[kErrorColumns];
+    Datum* error_defaults;
+    bool* error_default_nulls;
+};
+extern Shape shape;
+extern MemoryContext shape_context;  // the shape's defaults; reset when it is learnt again
+extern uint64 invalidations;         // relcache invalidations of the tables seen so far
+
+}  // namespace jobcap::direct
