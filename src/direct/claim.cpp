@@ -4,18 +4,16 @@
 
 namespace jobcap::direct {
 
-int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
-          Datum uncounted, TimestampTz now, Claimed* out)
+int claim(const Access& access, const ClaimCall& call, Claimed* out)
 {
+    Datum queue = call.queue.datum;
+    TimestampTz now = call.now;
     Op op;
     begin(op);
 
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
     QueueRow q;
     bool open = read_queue(op, queue, &q) && !q.paused && !q.limited;
-    int32 queue_cap = q.cap;
-    int64 queue_epoch = q.epoch;
-    Datum queue_lease = q.lease;
     if (!open || !may_work(access, queue, op.snapshot)) {
         end(op);
         elog(DEBUG2,
@@ -23,17 +21,17 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
              "capped or not the caller's");
         return -1;
     }
-    Datum granted_lease = no_lease ? queue_lease : lease;
+    Datum granted_lease = call.no_lease ? q.lease : call.lease;
     Datum expires =
         DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), granted_lease);
 
-    ArrayType* skip = DatumGetArrayTypeP(uncounted);
+    ArrayType* skip = DatumGetArrayTypeP(call.uncounted);
     int nskip = ArrayGetNItems(ARR_NDIM(skip), ARR_DIMS(skip));
     const int64* skipped = reinterpret_cast<const int64*>(ARR_DATA_PTR(skip));
 
     // The statement's cohort: pending, due, below its cap, not skipped; then locked with SKIP
     // LOCKED and checked again on the locked version.
-    auto eligible = [&](TupleTableSlot* slot, int32* cap, bool* no_cap) -> bool {
+    auto eligible = [&](TupleTableSlot* slot, core::Cap* cap) -> bool {
         if (state_of(slot) != shape.pending)
             return false;
         bool isnull = false;
@@ -44,19 +42,8 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         Datum run_at = slot_getattr(slot, shape.job[kRunAt], &isnull);
         if (isnull || DatumGetTimestampTz(run_at) > now)
             return false;
-        bool own_null = false, epoch_null = false;
-        int32 own = int4_of(slot, kMaxAttempts, &own_null);
-        int64 epoch = int8_of(slot, kCapEpoch, &epoch_null);
-        // JOBCAP_CAP_OF (spi/cap.hpp): the job's own cap while its budget's epoch is the
-        // queue's, else the lower of its own and the queue's.
-        if (!epoch_null && epoch == queue_epoch) {
-            *cap = own;
-            *no_cap = own_null;
-        } else {
-            *cap = own_null ? queue_cap : Min(own, queue_cap);
-            *no_cap = false;
-        }
-        if (*no_cap || int4_of(slot, kAttempts) >= *cap)
+        *cap = cap_of_job(slot, q);
+        if (!core::may_claim(int4_of(slot, kAttempts), *cap))
             return false;
         int64 id = int8_of(slot, kJobId);
         for (int i = 0; i < nskip; ++i)
@@ -75,17 +62,16 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
     index_rescan(scan, &key, 1, nullptr, 0);
     TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
     int claimed = 0;
-    while (claimed < batch && index_getnext_slot(scan, ForwardScanDirection, seen)) {
-        int32 cap = 0;
-        bool no_cap = false;
-        if (!eligible(seen, &cap, &no_cap))
+    while (claimed < call.batch && index_getnext_slot(scan, ForwardScanDirection, seen)) {
+        core::Cap cap = {};
+        if (!eligible(seen, &cap))
             continue;
         ItemPointerData tid = seen->tts_tid;
         TM_FailureData failure;
         TM_Result r =
             table_tuple_lock(op.rel, &tid, op.snapshot, op.found, op.cid, LockTupleNoKeyExclusive,
                              LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
-        if (r != TM_Ok || !eligible(op.found, &cap, &no_cap))
+        if (r != TM_Ok || !eligible(op.found, &cap))
             continue;  // locked by another (SKIP LOCKED), gone, or no longer claimable
 
         bool first_null = false;
@@ -97,7 +83,7 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         set(op, kFence, Int64GetDatum(fence));
         set(op, kLease, granted_lease);
         set(op, kLeaseExpiresAt, expires);
-        set(op, kWorker, worker);
+        set(op, kWorker, call.worker.datum);
         set(op, kClaimedAt, TimestampTzGetDatum(now));
         if (first_null)
             set(op, kFirstClaimedAt, TimestampTzGetDatum(now));
@@ -107,8 +93,8 @@ int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_
         c.job_id = int8_of(op.next, kJobId);
         c.fence = fence;
         c.attempts = attempts;
-        c.cap = cap;
-        c.no_cap = no_cap;
+        c.cap = cap.value;
+        c.no_cap = cap.none;
         c.lease_expires_at = DatumGetTimestampTz(expires);
         bool isnull = false;
         Datum payload = slot_getattr(op.next, shape.job[kPayload], &isnull);

@@ -27,6 +27,7 @@
 #include "pg.hpp"
 
 #include "spi/access.hpp"
+#include "spi/calls.hpp"
 
 namespace jobcap::direct {
 
@@ -39,11 +40,11 @@ namespace jobcap::direct {
 enum class Need { update, insert, fail };
 bool usable(const char* function, Need need = Need::update);
 
-// The fenced calls. Each returns false when no current row matched (job_id, fence, running, a
-// queue the caller may work): the caller then raises with raise_not_current, as the SQL path.
+// The fenced calls, with their arguments as spi/calls.hpp reads them. Each returns false when
+// no current row matched (job_id, fence, running, a queue the caller may work): the caller then
+// raises with raise_not_current, as the SQL path.
 // complete: state succeeded, finished_at = now, lease dropped, output kept (NULL: none).
-bool complete(const Access& access, int64 job_id, int64 fence, TimestampTz now, Datum output,
-              bool no_output);
+bool complete(const Access& access, const CompleteCall& call);
 // complete for a batch (complete_jobs), all in one snapshot: returns the index of the first
 // (job_id, fence) pair in input order that was not current (nothing more is tried: the caller
 // raises, and the transaction rolls back), or -1 with *settled = the jobs completed. A pair
@@ -53,10 +54,15 @@ int complete_many(const Access& access, const int64* job_ids, const int64* fence
                   int* settled);
 // heartbeat: the lease pushed to now + extend (NULL: the claim's lease), never shortened;
 // *expires gets the lease's new end.
-bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bool no_extend,
-               TimestampTz now, TimestampTz* expires);
+bool heartbeat(const Access& access, const HeartbeatCall& call, TimestampTz* expires);
 // assert_fence: the row locked (FOR NO KEY UPDATE) to the end of the transaction.
-bool assert_fence(const Access& access, int64 job_id, int64 fence);
+bool assert_fence(const Access& access, const FencedCall& call);
+// fail_job and crash_job: the attempt failed; the job goes back to pending after a backoff
+// (retry_in, or the queue's) or, when its attempts reached its cap, dies. A history row with
+// the error text unless jobcap.error_history is 0, the job's history cut to that many rows.
+// Returns false when no current row matched; else *state = the new state and *wake = the queue
+// whose listeners are to be woken (a retry on a queue with notify on), or nullptr.
+bool fail(const Access& access, const FailCall& call, Datum* state, char** wake);
 
 // The enum value of jobs.state 'succeeded' (complete_job's result).
 Datum succeeded_state();
@@ -72,34 +78,11 @@ struct Claimed {
     TimestampTz lease_expires_at;
 };
 
-// Claims up to batch pending, due jobs of queue below their cap, in claim order (priority,
-// run_at, job_id), skipping rows locked by others and the jobs in uncounted (an int8[]), into
-// out (room for batch). Returns how many, or -1 without claiming anything when the queue is
-// missing, paused, capped, or not the caller's: the SQL path then decides.
-int claim(const Access& access, Datum queue, Datum worker, Datum lease, bool no_lease, int32 batch,
-          Datum uncounted, TimestampTz now, Claimed* out);
-
-// fail_job and crash_job (kind: the history's "error" or "crashed"): the attempt of (job_id,
-// fence) failed; the job goes back to pending after a backoff (retry_in, or the queue's when
-// no_retry_in) or, when its attempts reached its cap, dies. A history row with the error text
-// (NULL: none) unless jobcap.error_history is 0, the job's history cut to that many rows.
-// Returns false when no current row matched (see complete); else *state = the new state and
-// *wake = the queue whose listeners are to be woken (a retry on a queue with notify on), or
-// nullptr.
-bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_error,
-          Datum retry_in, bool no_retry_in, const char* kind, TimestampTz now, Datum* state,
-          char** wake);
-
-// What an enqueue gives every job (the SQL path's INSERT lists the same columns).
-struct EnqueueValues {
-    TimestampTz run_at;
-    int32 priority;
-    int32 max_attempts;
-    bool no_max_attempts;   // NULL: the queue's cap
-    bool lists_dedupe_key;  // enqueue_job: dedupe_key NULL (a key goes to the SQL path);
-                            // enqueue_jobs: the column's default
-    TimestampTz now;        // enqueued_at
-};
+// Claims up to call.batch pending, due jobs of call.queue below their cap, in claim order
+// (priority, run_at, job_id), skipping rows locked by others and the jobs in call.uncounted,
+// into out (room for call.batch). Returns how many, or -1 without claiming anything when the
+// queue is missing, paused, capped, or not the caller's: the SQL path then decides.
+int claim(const Access& access, const ClaimCall& call, Claimed* out);
 
 // Inserts one job per payload (n of them, in this order) into queue, with ids from jobs.job_id's
 // identity sequence in the same order, into ids (room for n); *notify = the queue's notify.

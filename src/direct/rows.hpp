@@ -4,6 +4,8 @@
 
 #include "direct/shape.hpp"
 
+#include "core/cap.hpp"
+
 namespace jobcap::direct {
 
 // Runs work as owner, restricted, as spi_open runs the SQL path's statements (spi/access.cpp).
@@ -80,6 +82,17 @@ inline Oid state_of(TupleTableSlot* slot)
     bool n = false;
     Datum d = slot_getattr(slot, shape.job[kState], &n);
     return n ? InvalidOid : DatumGetObjectId(d);
+}
+
+// The cap of the job whose version is in slot, its queue's row being q (core/cap.hpp).
+inline core::Cap cap_of_job(TupleTableSlot* slot, const QueueRow& q)
+{
+    core::CapInputs in;
+    in.job_max_attempts = int4_of(slot, kMaxAttempts, &in.job_max_attempts_null);
+    in.job_cap_epoch = int8_of(slot, kCapEpoch, &in.job_cap_epoch_null);
+    in.queue_max_attempts = q.cap;
+    in.queue_cap_epoch = q.epoch;
+    return core::cap_of(in);
 }
 
 // Replaces column c in the next update().

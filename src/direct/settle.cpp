@@ -4,6 +4,7 @@
 
 #include "core/backoff.hpp"
 #include "core/rules.hpp"
+#include "spi/args.hpp"
 #include "spi/errors.hpp"
 
 namespace jobcap::direct {
@@ -24,12 +25,12 @@ bool complete_in(Op& op, const Access& access, int64 job_id, int64 fence, Timest
 }
 }  // namespace
 
-bool complete(const Access& access, int64 job_id, int64 fence, TimestampTz now, Datum output,
-              bool no_output)
+bool complete(const Access& access, const CompleteCall& call)
 {
     Op op;
     begin(op);
-    bool done = complete_in(op, access, job_id, fence, now, output, no_output);
+    bool done = complete_in(op, access, call.job.job_id, call.job.fence, call.job.now, call.output,
+                            call.no_output);
     end(op);
     return done;
 }
@@ -61,21 +62,22 @@ int complete_many(const Access& access, const int64* job_ids, const int64* fence
     return failed;
 }
 
-bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bool no_extend,
-               TimestampTz now, TimestampTz* expires)
+bool heartbeat(const Access& access, const HeartbeatCall& call, TimestampTz* expires)
 {
+    int64 job_id = call.job.job_id;
     Op op;
     begin(op);
-    bool done = lock_current(op, access, job_id, fence);
+    bool done = lock_current(op, access, job_id, call.job.fence);
     if (done) {
         // greatest(lease_expires_at, now + coalesce(extend, lease)): NULLs are ignored.
         bool no_lease = false, no_expiry = false;
-        Datum lease = no_extend ? slot_getattr(op.found, shape.job[kLease], &no_lease) : extend;
+        Datum lease =
+            call.no_extend ? slot_getattr(op.found, shape.job[kLease], &no_lease) : call.extend;
         Datum expiry = slot_getattr(op.found, shape.job[kLeaseExpiresAt], &no_expiry);
         TimestampTz until = no_expiry ? 0 : DatumGetTimestampTz(expiry);
         if (!no_lease) {
-            TimestampTz pushed = DatumGetTimestampTz(
-                DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), lease));
+            TimestampTz pushed = DatumGetTimestampTz(DirectFunctionCall2(
+                timestamptz_pl_interval, TimestampTzGetDatum(call.job.now), lease));
             if (no_expiry || pushed > until)
                 until = pushed;
             no_expiry = false;
@@ -94,11 +96,11 @@ bool heartbeat(const Access& access, int64 job_id, int64 fence, Datum extend, bo
     return done;
 }
 
-bool assert_fence(const Access& access, int64 job_id, int64 fence)
+bool assert_fence(const Access& access, const FencedCall& call)
 {
     Op op;
     begin(op, CMD_SELECT);
-    bool done = lock_current(op, access, job_id, fence);
+    bool done = lock_current(op, access, call.job_id, call.fence);
     end(op);
     return done;
 }
@@ -109,15 +111,7 @@ namespace {
 // it checks as its arguments.
 Datum backoff(int32 attempt, Datum base, Datum max)
 {
-    auto span = [](Datum d) {
-        const Interval* iv = DatumGetIntervalP(d);
-        core::Span s;
-        s.months = iv->month;
-        s.days = iv->day;
-        s.usec = iv->time;
-        return s;
-    };
-    core::Span b = span(base), m = span(max);
+    core::Span b = span_of(DatumGetIntervalP(base)), m = span_of(DatumGetIntervalP(max));
     if (core::Problem p = core::check_span("backoff_base", b, true, false))
         raise_problem(p);
     if (core::Problem p = core::check_span("backoff_max", m, true, false))
@@ -130,10 +124,9 @@ Datum backoff(int32 attempt, Datum base, Datum max)
 
 }  // namespace
 
-bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_error,
-          Datum retry_in, bool no_retry_in, const char* kind, TimestampTz now, Datum* state,
-          char** wake)
+bool fail(const Access& access, const FailCall& call, Datum* state, char** wake)
 {
+    TimestampTz now = call.job.now;
     Op op;
     begin(op);
     // The statement's DELETE from job_errors checks the replica identity when it starts,
@@ -143,30 +136,26 @@ bool fail(const Access& access, int64 job_id, int64 fence, Datum error, bool no_
     // The statement joins the job's queue: a job whose queue is gone matches no row.
     QueueRow q;
     bool isnull = false;
-    bool done = lock_current(op, access, job_id, fence, true) &&
+    bool done = lock_current(op, access, call.job.job_id, call.job.fence, true) &&
                 read_queue(op, slot_getattr(op.found, shape.job[kQueue], &isnull), &q);
     if (done) {
-        // The cap rule (JOBCAP_CAP, spi/cap.hpp): attempts >= cap is NULL, hence a retry, for
-        // a budget without a cap.
-        bool own_null = false, epoch_null = false;
-        int32 own = int4_of(op.found, kMaxAttempts, &own_null);
-        int64 epoch = int8_of(op.found, kCapEpoch, &epoch_null);
+        // The attempt the claim counted was the last (core/cap.hpp): a budget without a cap
+        // retries.
         int32 attempts = int4_of(op.found, kAttempts);
-        bool dead = !epoch_null && epoch == q.epoch
-                        ? !own_null && attempts >= own
-                        : attempts >= (own_null ? q.cap : Min(own, q.cap));
+        bool dead = core::attempts_used_up(attempts, cap_of_job(op.found, q));
         set(op, kState, ObjectIdGetDatum(dead ? shape.dead : shape.pending));
         if (dead) {
             set(op, kFinishedAt, TimestampTzGetDatum(now));
         } else {
-            Datum delay = no_retry_in ? backoff(attempts, q.backoff_base, q.backoff_max) : retry_in;
+            Datum delay =
+                call.no_retry_in ? backoff(attempts, q.backoff_base, q.backoff_max) : call.retry_in;
             set(op, kRunAt,
                 DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), delay));
             set(op, kFinishedAt, (Datum) 0, true);
         }
         set(op, kLeaseExpiresAt, (Datum) 0, true);
         update(op);
-        add_history(op, errors, access, kind, error, no_error, now);
+        add_history(op, errors, access, call.kind, call.error, call.no_error, now);
         *state = ObjectIdGetDatum(dead ? shape.dead : shape.pending);
         *wake = !dead && q.notify
                     ? TextDatumGetCString(slot_getattr(op.next, shape.job[kQueue], &isnull))

@@ -12,12 +12,13 @@
 // queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
 // snapshot, and claims at most the difference.
 #include "housekeeping/rollbacks.hpp"
-#include "direct/direct.hpp"
+#include "functions/hot_path.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "spi/cap.hpp"
 #include "core/order.hpp"
@@ -112,7 +113,7 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
                  PlanKind::steered);
 
 // The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
-// ALTER EXTENSION jobcap UPDATE (schema_is_0_2).
+// ALTER EXTENSION jobcap UPDATE (queues_paused_column_exists).
 JOBCAP_STATEMENT(claim_job_0_1,
                  CLAIM_BATCH("", "true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
@@ -173,13 +174,25 @@ int32 capped_room(Datum queue)
     return running >= cap ? 0 : cap - running;
 }
 
-// claim_job and complete_and_claim: the claim of queue (claim_job's parameters: now, worker,
-// lease, queue, batch, caller). Returns how many rows SPI_tuptable holds; raises for a queue
-// that does not exist or is not the caller's.
-uint64 claim_from_queue(const Access& access, const char* function, const Params& claim,
-                        const NameArg& queue, int32 batch)
+// claim_job's statement parameters for call, claiming at most batch: now, worker, lease, queue,
+// batch, caller, uncounted jobs.
+Params claim_params(const ClaimCall& call, int32 batch, const Access& access)
 {
-    if (!schema_is_0_2()) {
+    Params p;
+    p.add(TimestampTzGetDatum(call.now)).add(call.worker.datum).add(call.lease, call.no_lease);
+    p.add(call.queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    p.add(call.uncounted);
+    return p;
+}
+
+// claim_job and complete_and_claim on the SQL path: the claim of call.queue. Returns how many
+// rows SPI_tuptable holds; raises for a queue that does not exist or is not the caller's.
+uint64 claim_from_queue(const Access& access, const char* function, const ClaimCall& call)
+{
+    const NameArg& queue = call.queue;
+    Params claim = claim_params(call, call.batch, access);
+    // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
+    if (!queues_paused_column_exists()) {
         uint64 rows = execute(statements::claim_job_0_1, claim, SPI_OK_UPDATE_RETURNING);
         if (rows == 0)
             check_queue(access, function, queue.datum, queue.cstr);
@@ -205,9 +218,8 @@ uint64 claim_from_queue(const Access& access, const char* function, const Params
         return execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
     if (room == 0)
         return 0;
-    Params capped = claim;
-    capped.values[4] = Int32GetDatum(Min(batch, room));
-    return execute(statements::claim_job_capped, capped, SPI_OK_UPDATE_RETURNING);
+    return execute(statements::claim_job_capped, claim_params(call, Min(call.batch, room), access),
+                   SPI_OK_UPDATE_RETURNING);
 }
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work and
@@ -242,19 +254,17 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
     pfree(keys);
 }
 
-// The batch claim on the direct path (direct/jobs.hpp): claims, notes and returns the jobs in
+// The batch claim on the direct path (direct/direct.hpp): claims, notes and returns the jobs in
 // claim order. False, with nothing claimed, when the SQL path must decide (the direct path is
 // off or not usable here; the queue is missing, paused, capped or not the caller's).
 bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* function,
-                    const NameArg& worker, int32 batch, const Params& claim)
+                    const ClaimCall& call)
 {
     if (!direct::usable(function))
         return false;
-    direct::Claimed* jobs = static_cast<direct::Claimed*>(palloc(sizeof(direct::Claimed) * batch));
-    // claim's parameters: now, worker, lease, queue, batch, caller, uncounted jobs.
-    int n = direct::claim(access, claim.values[3], claim.values[1], claim.values[2],
-                          claim.nulls[2] == 'n', batch, claim.values[6],
-                          DatumGetTimestampTz(claim.values[0]), jobs);
+    direct::Claimed* jobs =
+        static_cast<direct::Claimed*>(palloc(sizeof(direct::Claimed) * call.batch));
+    int n = direct::claim(access, call, jobs);
     if (n < 0) {
         pfree(jobs);
         return false;
@@ -262,7 +272,7 @@ bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* f
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     for (int i = 0; i < n; ++i) {
         const direct::Claimed& j = jobs[i];
-        note_claim(j.job_id, j.fence, worker.cstr);
+        note_claim(j.job_id, j.fence, call.worker.cstr);
         Datum values[6] = {Int64GetDatum(j.job_id),
                            Int64GetDatum(j.fence),
                            Int32GetDatum(j.attempts),
@@ -277,34 +287,28 @@ bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* f
 }
 
 // claim_job and complete_and_claim: the batch claim's arguments (queue, worker, batch, lease at
-// arguments first..first+3), read before anything runs, and its statement parameters.
-struct BatchClaim {
-    NameArg queue;
-    NameArg worker;
-    int32 batch;
-    Params params;
-};
-
-BatchClaim read_batch_claim(FunctionCallInfo fcinfo, int first, Datum now, const Access& access)
+// arguments first..first+3), read before anything runs.
+ClaimCall read_claim(FunctionCallInfo fcinfo, int first, TimestampTz now)
 {
-    BatchClaim c;
+    ClaimCall c = {};
     c.queue = arg_queue(fcinfo, first);
     c.worker = arg_worker(fcinfo, first + 1);
     c.batch = arg_count(fcinfo, first + 2, "batch", core::kMaxBatch);
-    bool no_lease = false;
-    Datum lease = arg_span(fcinfo, first + 3, "lease", false, true, &no_lease);
-    c.params.add(now).add(c.worker.datum).add(lease, no_lease);
-    c.params.add(c.queue.datum).add(Int32GetDatum(c.batch)).add_caller(access);
-    c.params.add(uncounted_rolled_back_jobs());
+    c.lease = arg_span(fcinfo, first + 3, "lease", false, true, &c.no_lease);
+    c.now = now;
+    c.uncounted = uncounted_rolled_back_jobs();
     return c;
 }
 
-// Runs the batch claim inside the open SPI connection, notes the claimed jobs (rollbacks.hpp),
-// returns them in claim order and closes the connection.
+// Runs the batch claim on the direct path, or else with the SQL statements, notes the claimed
+// jobs (housekeeping/rollbacks.hpp) and returns them in claim order.
 Datum claim_and_return(FunctionCallInfo fcinfo, Access& access, const char* function,
-                       const BatchClaim& c)
+                       const ClaimCall& c)
 {
-    uint64 rows = claim_from_queue(access, function, c.params, c.queue, c.batch);
+    if (claim_directly(fcinfo, access, function, c))
+        return (Datum) 0;
+    spi_open(access);
+    uint64 rows = claim_from_queue(access, function, c);
     note_claims(rows, c.worker.cstr);
     return_claimed(fcinfo, rows);
     spi_close(access);
@@ -318,53 +322,53 @@ using namespace jobcap;
 
 JOBCAP_FUNCTION(claim_job, Duty::worker)
 {
-    BatchClaim c = read_batch_claim(fcinfo, 0, TimestampTzGetDatum(GetCurrentTimestamp()), access);
+    ClaimCall c = read_claim(fcinfo, 0, GetCurrentTimestamp());
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
     reserve_claims(c.batch);
-    if (claim_directly(fcinfo, access, function, c.worker, c.batch, c.params))
-        return (Datum) 0;
-    spi_open(access);
     return claim_and_return(fcinfo, access, function, c);
 }
 
 // One commit per job instead of two: the previous job's completion (the same compare-and-swap
 // as complete_job) and the next claim run in the caller's one transaction. A stale fence raises
-// JC001 before anything is claimed. output (new in 0.2.0; the 0.1.0 declaration passes six
-// arguments) is kept with the completed job as complete_job keeps it.
+// JC001 before anything is claimed. output is kept with the completed job as complete_job keeps
+// it.
 JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    Datum now = TimestampTzGetDatum(GetCurrentTimestamp());
-    BatchClaim c = read_batch_claim(fcinfo, 2, now, access);
+    CompleteCall done = {};
+    done.job.job_id = arg_job_id(fcinfo, 0);
+    done.job.fence = arg_fence(fcinfo, 1);
+    done.job.now = GetCurrentTimestamp();
+    ClaimCall c = read_claim(fcinfo, 2, done.job.now);
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    Params done;
-    done.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(now).add_caller(access);
-    // The 0.1.0 declaration (six arguments) runs on the 0.1.0 schema: no output column yet.
+    // compat(0.1.0): the 0.1.0 declaration (six arguments) runs on the 0.1.0 schema, which has
+    // no output column yet.
     bool schema_0_1 = PG_NARGS() < 7;
-    bool no_output = schema_0_1 || PG_ARGISNULL(6);
-    if (!schema_0_1)
-        done.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6)), no_output);
+    done.no_output = schema_0_1 || PG_ARGISNULL(6);
+    done.output = done.no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6));
     reserve_claims(c.batch);
-    if (!schema_0_1 && direct::usable(function)) {
-        if (!direct::complete(access, job_id, fence, DatumGetTimestampTz(now), done.values[4],
-                              no_output)) {
-            spi_open(access);
-            raise_not_current(access, function, job_id, fence);
-        }
-        if (claim_directly(fcinfo, access, function, c.worker, c.batch, c.params))
-            return (Datum) 0;
-        spi_open(access);
+    if (!schema_0_1 &&
+        served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+            *stale = done.job;
+            return direct::complete(access, done);
+        }))
         return claim_and_return(fcinfo, access, function, c);
-    }
+    Params p;
+    p.add(Int64GetDatum(done.job.job_id)).add(Int64GetDatum(done.job.fence));
+    p.add(TimestampTzGetDatum(done.job.now)).add_caller(access);
+    if (!schema_0_1)
+        p.add(done.output, done.no_output);
     spi_open(access);
-    if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, done,
+    if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, p,
                 SPI_OK_UPDATE_RETURNING) == 0)
-        raise_not_current(access, function, job_id, fence);
-    return claim_and_return(fcinfo, access, function, c);
+        raise_not_current(access, function, done.job.job_id, done.job.fence);
+    uint64 rows = claim_from_queue(access, function, c);
+    note_claims(rows, c.worker.cstr);
+    return_claimed(fcinfo, rows);
+    spi_close(access);
+    return (Datum) 0;
 }
 
 JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
@@ -382,7 +386,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     p.add(uncounted_rolled_back_jobs());
     reserve_claims(1);
     spi_open(access);
-    bool controls = schema_is_0_2();
+    bool controls = queues_paused_column_exists();
     uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
                           p, SPI_OK_UPDATE_RETURNING);
     if (rows == 0 && !controls) {

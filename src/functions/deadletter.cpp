@@ -8,6 +8,7 @@
 #include "spi/errors.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "housekeeping/stats.hpp"
 #include "spi/cap.hpp"
@@ -112,10 +113,11 @@ JOBCAP_STATEMENT(purge_dead, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UP
     {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // Adds queue (argument 0), error_like, died_after, died_before (arguments from..from+2) and
-// max_jobs (argument max_arg): the first five parameters of both statements.
-void add_dead_filter(Params& p, FunctionCallInfo fcinfo, int from, int max_arg)
+// max_jobs (argument max_arg): the first five parameters of both statements. Returns the queue.
+NameArg add_dead_filter(Params& p, FunctionCallInfo fcinfo, int from, int max_arg)
 {
-    p.add(arg_queue(fcinfo, 0).datum);
+    NameArg queue = arg_queue(fcinfo, 0);
+    p.add(queue.datum);
     for (int a = from; a < from + 3; ++a)
         p.add(PG_ARGISNULL(a) ? (Datum) 0 : PG_GETARG_DATUM(a), PG_ARGISNULL(a));
     bool has_after = !PG_ARGISNULL(from + 1), has_before = !PG_ARGISNULL(from + 2);
@@ -130,14 +132,15 @@ void add_dead_filter(Params& p, FunctionCallInfo fcinfo, int from, int max_arg)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("died_after must be earlier than died_before")));
     p.add(Int32GetDatum(arg_count(fcinfo, max_arg, "max_jobs", kMaxDeadBatch)));
+    return queue;
 }
 
-void check_queue_exists(Datum queue)
+void check_queue_exists(const NameArg& queue)
 {
     Params p;
-    p.add(queue);
+    p.add(queue.datum);
     if (execute(statements::queue_exists, p, SPI_OK_SELECT) == 0)
-        raise_unknown_queue(TextDatumGetCString(queue));
+        raise_unknown_queue(queue.cstr);
 }
 
 }  // namespace
@@ -148,7 +151,9 @@ using namespace jobcap;
 JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
 {
     bool all_queues = PG_ARGISNULL(0);
-    Datum queue = all_queues ? (Datum) 0 : arg_queue(fcinfo, 0).datum;
+    NameArg queue = {(Datum) 0, nullptr};
+    if (!all_queues)
+        queue = arg_queue(fcinfo, 0);
     int32 n = arg_count(fcinfo, 1, "n", kMaxDeadBatch);
     TimestampTz until = PG_ARGISNULL(3) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(3);
     TimestampTz since = PG_ARGISNULL(2) ? until - (int64) guc_stats_window_s * USECS_PER_SEC
@@ -157,14 +162,14 @@ JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("since must be a finite time earlier than until")));
     Params p;
-    p.add(queue, all_queues).add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(until));
+    p.add(queue.datum, all_queues).add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(until));
     p.add(Int32GetDatum(n));
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
-    uint64 rows =
-        execute(schema_is_0_2() ? top_failing_jobs : top_failing_jobs_0_1, p, SPI_OK_SELECT);
+    uint64 rows = execute(queues_paused_column_exists() ? top_failing_jobs : top_failing_jobs_0_1,
+                          p, SPI_OK_SELECT);
     if (rows == 0 && !all_queues)
         check_queue_exists(queue);
     for (uint64 r = 0; r < rows; ++r) {
@@ -188,7 +193,7 @@ JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
                  errhint("Say why the jobs deserve more attempts; it is kept in "
                          "each job's history.")));
     Params p;
-    add_dead_filter(p, fcinfo, 2, 5);
+    NameArg queue = add_dead_filter(p, fcinfo, 2, 5);
     p.add(kept_text(DatumGetTextPP(reason)));
     int32 extra = 0;
     bool has_extra = arg_count_opt(fcinfo, 6, "extra_attempts", core::kMaxAttempts, &extra);
@@ -196,24 +201,25 @@ JOBCAP_FUNCTION(requeue_dead, Duty::operator_)
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(caller_name(access));
 
     spi_open(access);
-    check_queue_exists(p.values[0]);
-    execute(schema_is_0_2() ? requeue_dead : requeue_dead_0_1, p, SPI_OK_SELECT);
+    check_queue_exists(queue);
+    // compat(0.1.0): the 0.1.0 schema's requeue, without cap_epoch.
+    execute(queues_paused_column_exists() ? requeue_dead : requeue_dead_0_1, p, SPI_OK_SELECT);
     int32 requeued = DatumGetInt32(result_column(0, 1));
     bool wake = requeued > 0 && DatumGetBool(result_column(0, 2));
     spi_close(access);
     // Requeued jobs wake the queue's listeners as an enqueue does (sent at commit).
     if (wake)
-        Async_Notify("jobcap", TextDatumGetCString(p.values[0]));
+        Async_Notify("jobcap", queue.cstr);
     PG_RETURN_INT32(requeued);
 }
 
 JOBCAP_FUNCTION(purge_dead, Duty::operator_)
 {
     Params p;
-    add_dead_filter(p, fcinfo, 1, 4);
+    NameArg queue = add_dead_filter(p, fcinfo, 1, 4);
 
     spi_open(access);
-    check_queue_exists(p.values[0]);
+    check_queue_exists(queue);
     execute(purge_dead, p, SPI_OK_SELECT);
     int32 purged = DatumGetInt32(result_column(0, 1));
     spi_close(access);

@@ -18,9 +18,9 @@ constexpr int kMaxEnqueueBatch = 100000;
 
 // run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues; the
 // time of the call is enqueued_at.
-direct::EnqueueValues read_schedule(FunctionCallInfo fcinfo, int first)
+EnqueueValues read_schedule(FunctionCallInfo fcinfo, int first)
 {
-    direct::EnqueueValues v = {};
+    EnqueueValues v = {};
     v.run_at = DatumGetTimestampTz(arg_required(fcinfo, first, "run_at"));
     if (TIMESTAMP_NOT_FINITE(v.run_at))
         ereport(ERROR,
@@ -32,7 +32,7 @@ direct::EnqueueValues read_schedule(FunctionCallInfo fcinfo, int first)
     return v;
 }
 
-void add_schedule(Params& p, const direct::EnqueueValues& v)
+void add_schedule(Params& p, const EnqueueValues& v)
 {
     p.add(TimestampTzGetDatum(v.run_at)).add(Int32GetDatum(v.priority));
     p.add(Int32GetDatum(v.max_attempts), v.no_max_attempts);
@@ -120,7 +120,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
 {
     NameArg queue = arg_queue(fcinfo, 0);
     Datum payload = arg_payload(fcinfo, 1);
-    direct::EnqueueValues v = read_schedule(fcinfo, 2);
+    EnqueueValues v = read_schedule(fcinfo, 2);
     Params p;
     p.add(queue.datum).add(payload);
     add_schedule(p, v);
@@ -196,7 +196,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     int n = 0;
     deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &elems, nullptr, &n);
     check_payload_sizes(elems, n);
-    direct::EnqueueValues v = read_schedule(fcinfo, 2);
+    EnqueueValues v = read_schedule(fcinfo, 2);
     Params p;
     p.add(queue.datum).add(payloads_arg);
     add_schedule(p, v);

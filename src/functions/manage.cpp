@@ -6,6 +6,7 @@
 #include "spi/errors.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 
 namespace jobcap {
 namespace {
@@ -100,7 +101,8 @@ JOBCAP_FUNCTION(requeue_job, Duty::operator_)
     job.add(Int64GetDatum(job_id));
 
     spi_open(access);
-    bool requeued = execute(schema_is_0_2() ? requeue_job : requeue_job_0_1, p, SPI_OK_SELECT) > 0;
+    bool requeued = execute(queues_paused_column_exists() ? requeue_job : requeue_job_0_1, p,
+                            SPI_OK_SELECT) > 0;
     // A requeued job wakes the queue's listeners as an enqueue does (sent at commit); the name
     // is copied out of SPI's memory to outlive spi_close().
     char* wake = nullptr;

@@ -79,47 +79,65 @@ JOBCAP_STATEMENT(delete_queue,
                  " DELETE FROM jobcap.queues WHERE queue = $1",
                  {TEXTOID});
 
-core::Span span_of(Datum d)
-{
-    Interval* iv = DatumGetIntervalP(d);
-    core::Span s;
-    s.months = iv->month;
-    s.days = iv->day;
-    s.usec = iv->time;
-    return s;
-}
-
 // The queue (argument 0) and the six settings shared by create_queue and alter_queue
-// (arguments 1..6), each optional: the parameters of insert_queue and update_queue, in order.
-// max_running (argument 6) is new in 0.2.0: the 0.1.0 declarations pass six arguments.
+// (arguments 1..6), each optional (no_*: NULL, alter_queue keeps the current value).
+struct QueueSettings {
+    NameArg queue;
+    int32 max_attempts;
+    bool no_max_attempts;
+    Datum lease, backoff_base, backoff_max, notify;
+    bool no_lease, no_backoff_base, no_backoff_max, no_notify;
+    bool has_max_running;  // compat(0.1.0): the 0.1.0 declarations have no max_running
+    int32 max_running;     // 0: no limit
+    bool no_max_running;
+};
+
 // With `required`, every setting but the cap must be given (create_queue's defaults are in its
 // signature) and a missing cap is jobcap.default_max_attempts.
-Params queue_settings(FunctionCallInfo fcinfo, bool required)
+QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
 {
-    static const char* const kNames[] = {"lease", "backoff_base", "backoff_max", "notify"};
-    Params p;
-    p.add(arg_queue(fcinfo, 0).datum);
-    int32 cap = guc_default_max_attempts;
-    bool has_cap = arg_count_opt(fcinfo, 1, "max_attempts", core::kMaxAttempts, &cap);
-    p.add(Int32GetDatum(cap), !has_cap && !required);
-    for (int a = 2; a <= 5; ++a) {
-        bool is_null = PG_ARGISNULL(a);
-        Datum d = a == 5 ? (is_null ? (Datum) 0 : PG_GETARG_DATUM(5))
-                         : arg_span(fcinfo, a, kNames[a - 2], a != 2, true, &is_null);
+    QueueSettings q = {};
+    q.queue = arg_queue(fcinfo, 0);
+    q.max_attempts = guc_default_max_attempts;
+    q.no_max_attempts =
+        !arg_count_opt(fcinfo, 1, "max_attempts", core::kMaxAttempts, &q.max_attempts) && !required;
+    auto check_given = [&](const char* what, bool is_null) {
         if (is_null && required)
-            raise_problem(core::check_not_null(kNames[a - 2], true));
-        p.add(d, is_null);
-    }
-    if (PG_NARGS() < 7)
-        return p;  // the 0.1.0 declaration, on the 0.1.0 schema: insert_queue_0_1, update_queue_0_1
-    bool uncapped = PG_ARGISNULL(6);
-    int32 running = uncapped ? 0 : PG_GETARG_INT32(6);
-    if (running < 0 || running > core::kMaxRunning)
+            raise_problem(core::check_not_null(what, true));
+    };
+    q.lease = arg_span(fcinfo, 2, "lease", false, true, &q.no_lease);
+    check_given("lease", q.no_lease);
+    q.backoff_base = arg_span(fcinfo, 3, "backoff_base", true, true, &q.no_backoff_base);
+    check_given("backoff_base", q.no_backoff_base);
+    q.backoff_max = arg_span(fcinfo, 4, "backoff_max", true, true, &q.no_backoff_max);
+    check_given("backoff_max", q.no_backoff_max);
+    q.no_notify = PG_ARGISNULL(5);
+    q.notify = q.no_notify ? (Datum) 0 : PG_GETARG_DATUM(5);
+    check_given("notify", q.no_notify);
+    // compat(0.1.0): max_running is new in 0.2.0; the 0.1.0 declarations pass six arguments
+    // and run on the 0.1.0 schema (insert_queue_0_1, update_queue_0_1).
+    q.has_max_running = PG_NARGS() >= 7;
+    if (!q.has_max_running)
+        return q;
+    q.no_max_running = PG_ARGISNULL(6);
+    q.max_running = q.no_max_running ? 0 : PG_GETARG_INT32(6);
+    if (q.max_running < 0 || q.max_running > core::kMaxRunning)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("max_running must be between 0 and %d, not %d",
-                               static_cast<int>(core::kMaxRunning), running),
+                               static_cast<int>(core::kMaxRunning), q.max_running),
                         errhint("0 (or NULL when creating the queue) means no limit.")));
-    p.add(Int32GetDatum(running), uncapped);
+    return q;
+}
+
+// The parameters of insert_queue and update_queue (and of their 0.1.0 variants), in order.
+Params queue_settings_params(const QueueSettings& q)
+{
+    Params p;
+    p.add(q.queue.datum).add(Int32GetDatum(q.max_attempts), q.no_max_attempts);
+    p.add(q.lease, q.no_lease).add(q.backoff_base, q.no_backoff_base);
+    p.add(q.backoff_max, q.no_backoff_max).add(q.notify, q.no_notify);
+    if (q.has_max_running)
+        p.add(Int32GetDatum(q.max_running), q.no_max_running);
     return p;
 }
 
@@ -142,7 +160,8 @@ bool set_queue_paused(Access& access, NameArg queue, bool paused)
 
 void check_backoff(Datum base, Datum max)
 {
-    core::Problem p = core::check_backoff_order(span_of(base), span_of(max));
+    core::Problem p = core::check_backoff_order(span_of(DatumGetIntervalP(base)),
+                                                span_of(DatumGetIntervalP(max)));
     if (p)
         raise_problem(p);
 }
@@ -154,14 +173,14 @@ using namespace jobcap;
 
 JOBCAP_FUNCTION(create_queue, Duty::operator_)
 {
-    NameArg queue = arg_queue(fcinfo, 0);
-    Params p = queue_settings(fcinfo, true);
-    check_backoff(p.values[3], p.values[4]);
+    QueueSettings q = read_queue_settings(fcinfo, true);
+    check_backoff(q.backoff_base, q.backoff_max);
 
     spi_open(access);
-    if (execute(PG_NARGS() < 7 ? insert_queue_0_1 : insert_queue, p, SPI_OK_INSERT) == 0)
+    if (execute(q.has_max_running ? insert_queue : insert_queue_0_1, queue_settings_params(q),
+                SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
-                        errmsg("queue \"%s\" already exists", queue.cstr),
+                        errmsg("queue \"%s\" already exists", q.queue.cstr),
                         errhint("Change its settings with jobcap.alter_queue.")));
     spi_close(access);
     PG_RETURN_VOID();
@@ -169,17 +188,17 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
 
 JOBCAP_FUNCTION(alter_queue, Duty::operator_)
 {
-    NameArg queue = arg_queue(fcinfo, 0);
-    Params p = queue_settings(fcinfo, false);
-    Params q;
-    q.add(queue.datum);
+    QueueSettings q = read_queue_settings(fcinfo, false);
+    Params lock;
+    lock.add(q.queue.datum);
 
     spi_open(access);
-    if (execute(lock_queue, q, SPI_OK_SELECT) == 0)
-        raise_unknown_queue(queue.cstr);
-    check_backoff(p.nulls[3] == 'n' ? result_column(0, 1) : p.values[3],
-                  p.nulls[4] == 'n' ? result_column(0, 2) : p.values[4]);
-    execute(PG_NARGS() < 7 ? update_queue_0_1 : update_queue, p, SPI_OK_UPDATE);
+    if (execute(lock_queue, lock, SPI_OK_SELECT) == 0)
+        raise_unknown_queue(q.queue.cstr);
+    check_backoff(q.no_backoff_base ? result_column(0, 1) : q.backoff_base,
+                  q.no_backoff_max ? result_column(0, 2) : q.backoff_max);
+    execute(q.has_max_running ? update_queue : update_queue_0_1, queue_settings_params(q),
+            SPI_OK_UPDATE);
     spi_close(access);
     PG_RETURN_VOID();
 }

@@ -4,7 +4,7 @@
 // whatever it wrote in the same transaction rolls back with it. The last parameter of each is
 // the caller (access.hpp): a job of a queue not granted to it matches no row either, and
 // raise_not_current tells the two apart.
-#include "direct/direct.hpp"
+#include "functions/hot_path.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -12,6 +12,7 @@
 #include "spi/history.hpp"
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "spi/cap.hpp"
 
@@ -158,12 +159,12 @@ char* spi_copy_cstring(Datum value)
 // Runs one fenced compare-and-swap as the tables' owner and returns its single result column
 // (passed by value: a state, a timestamp), or raises the stale-fence error when it matched no
 // row. assert_fence's statement returns no column: its result is (Datum) 0.
-Datum compare_and_swap(Access& access, Statement& s, const char* function, int64 job_id,
-                       int64 fence, const Params& p, int expected)
+Datum compare_and_swap(Access& access, Statement& s, const char* function, const FencedCall& job,
+                       const Params& p, int expected)
 {
     spi_open(access);
     if (execute(s, p, expected) == 0)
-        raise_not_current(access, function, job_id, fence);
+        raise_not_current(access, function, job.job_id, job.fence);
     Datum result = SPI_tuptable->tupdesc->natts > 0 ? result_column(0, 1) : (Datum) 0;
     spi_close(access);
     return result;
@@ -194,41 +195,63 @@ Datum kept_outputs(ArrayType* outputs, int count)
         construct_md_array(elems, nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
 }
 
-// fail_job and crash_job: the job, its fence and the error text (argument 2, cut to
-// jobcap.max_error_bytes; NULL allowed), the first parameters of both statements.
-Params failed_attempt_params(FunctionCallInfo fcinfo, int64 job_id, int64 fence)
+// job_id and fence (arguments 0 and 1), and the call's clock reading: every fenced call's.
+FencedCall read_fenced(FunctionCallInfo fcinfo)
+{
+    FencedCall job;
+    job.job_id = arg_job_id(fcinfo, 0);
+    job.fence = arg_fence(fcinfo, 1);
+    job.now = GetCurrentTimestamp();
+    return job;
+}
+
+// The job and its fence, then the call's clock reading and the caller: the parameters that
+// complete_job, release_job (and, with the output, complete_job on the 0.2.0 schema) take.
+Params fenced_params(const FencedCall& job, const Access& access)
 {
     Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
-    p.add(PG_ARGISNULL(2) ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2)), PG_ARGISNULL(2));
+    p.add(Int64GetDatum(job.job_id)).add(Int64GetDatum(job.fence));
+    p.add(TimestampTzGetDatum(job.now)).add_caller(access);
     return p;
 }
 
-// fail_job and crash_job: the fenced compare-and-swap of a failed attempt; a retry wakes the
-// queue's listeners as an enqueue does (the NOTIFY is sent at commit).
-Datum fail_attempt(Access& access, Statement& s, const char* function, int64 job_id, int64 fence,
-                   const Params& p, const char* kind)
+// fail_job and crash_job: the fenced call and the error text (argument 2, cut to
+// jobcap.max_error_bytes; NULL allowed); retry_in is the caller's to set.
+FailCall read_failure(FunctionCallInfo fcinfo, const char* kind)
 {
-    // Params: job, fence, error, retry_in, now (failed_attempt_params, then the caller's).
-    if (kind != nullptr && direct::usable(function, direct::Need::fail)) {
-        Datum state = (Datum) 0;
-        char* wake = nullptr;
-        if (direct::fail(access, job_id, fence, p.values[2], p.nulls[2] == 'n', p.values[3],
-                         p.nulls[3] == 'n', kind, DatumGetTimestampTz(p.values[4]), &state,
-                         &wake)) {
-            if (wake != nullptr)
-                Async_Notify("jobcap", wake);
-            return state;
-        }
-        spi_open(access);
-        raise_not_current(access, function, job_id, fence);
+    FailCall f = {};
+    f.job = read_fenced(fcinfo);
+    f.no_error = PG_ARGISNULL(2);
+    f.error = f.no_error ? (Datum) 0 : kept_text(PG_GETARG_TEXT_PP(2));
+    f.no_retry_in = true;
+    f.kind = kind;
+    return f;
+}
+
+// fail_job and crash_job: the fenced compare-and-swap of a failed attempt (statement s on the
+// SQL path; direct: whether the direct path may serve it at all); a retry wakes the queue's
+// listeners as an enqueue does (the NOTIFY is sent at commit).
+Datum fail_attempt(Access& access, Statement& s, const char* function, const FailCall& f,
+                   bool direct)
+{
+    Datum state = (Datum) 0;
+    char* wake = nullptr;
+    if (direct && served_directly(access, function, direct::Need::fail, [&](FencedCall* stale) {
+            *stale = f.job;
+            return direct::fail(access, f, &state, &wake);
+        })) {
+        if (wake != nullptr)
+            Async_Notify("jobcap", wake);
+        return state;
     }
+    Params p;
+    p.add(Int64GetDatum(f.job.job_id)).add(Int64GetDatum(f.job.fence)).add(f.error, f.no_error);
+    p.add(f.retry_in, f.no_retry_in).add(TimestampTzGetDatum(f.job.now)).add_caller(access);
     spi_open(access);
     if (execute(s, p, SPI_OK_SELECT) == 0)
-        raise_not_current(access, function, job_id, fence);
-    Datum state = result_column(0, 1);
-    char* wake =
-        DatumGetBool(result_column(0, 2)) ? spi_copy_cstring(result_column(0, 3)) : nullptr;
+        raise_not_current(access, function, f.job.job_id, f.job.fence);
+    state = result_column(0, 1);
+    wake = DatumGetBool(result_column(0, 2)) ? spi_copy_cstring(result_column(0, 3)) : nullptr;
     spi_close(access);
     if (wake != nullptr)
         Async_Notify("jobcap", wake);
@@ -244,96 +267,78 @@ using namespace jobcap;
 // The output argument is new in 0.2.0: the 0.1.0 declaration passes two arguments.
 JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    // The 0.1.0 declaration (two arguments) runs on the 0.1.0 schema: no output column yet.
-    bool schema_0_1 = PG_NARGS() < 3;
-    if (schema_0_1)
-        return compare_and_swap(access, statements::complete_job_0_1, function, job_id, fence, p,
+    CompleteCall c = {};
+    c.job = read_fenced(fcinfo);
+    Params p = fenced_params(c.job, access);
+    // compat(0.1.0): the 0.1.0 declaration (two arguments) runs on the 0.1.0 schema, which has
+    // no output column yet.
+    if (PG_NARGS() < 3)
+        return compare_and_swap(access, statements::complete_job_0_1, function, c.job, p,
                                 SPI_OK_UPDATE_RETURNING);
-    bool no_output = PG_ARGISNULL(2);
-    p.add(no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2)), no_output);
-    if (direct::usable(function)) {
-        if (direct::complete(access, job_id, fence, DatumGetTimestampTz(p.values[2]), p.values[4],
-                             no_output))
-            return direct::succeeded_state();
-        spi_open(access);
-        raise_not_current(access, function, job_id, fence);
-    }
-    return compare_and_swap(access, statements::complete_job, function, job_id, fence, p,
+    c.no_output = PG_ARGISNULL(2);
+    c.output = c.no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2));
+    if (served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+            *stale = c.job;
+            return direct::complete(access, c);
+        }))
+        return direct::succeeded_state();
+    p.add(c.output, c.no_output);
+    return compare_and_swap(access, statements::complete_job, function, c.job, p,
                             SPI_OK_UPDATE_RETURNING);
 }
 
 JOBCAP_FUNCTION(fail_job, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    bool no_retry_in = false;
-    Datum retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &no_retry_in);
-    Params p = failed_attempt_params(fcinfo, job_id, fence);
-    p.add(retry_in, no_retry_in).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    if (!schema_is_0_2())
-        return fail_attempt(access, statements::fail_job_0_1, function, job_id, fence, p, nullptr);
-    return fail_attempt(access, statements::fail_job, function, job_id, fence, p, "error");
+    FailCall f = read_failure(fcinfo, "error");
+    f.retry_in = arg_span(fcinfo, 3, "retry_in", true, true, &f.no_retry_in);
+    // compat(0.1.0): the 0.1.0 schema's statement, with 0.1.0's cap rule, on the SQL path.
+    if (!queues_paused_column_exists())
+        return fail_attempt(access, statements::fail_job_0_1, function, f, false);
+    return fail_attempt(access, statements::fail_job, function, f, true);
 }
 
 JOBCAP_FUNCTION(crash_job, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    Params p = failed_attempt_params(fcinfo, job_id, fence);
     // No retry_in: a crash waits out the queue's backoff.
-    p.add((Datum) 0, true).add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return fail_attempt(access, statements::crash_job, function, job_id, fence, p, "crashed");
+    FailCall f = read_failure(fcinfo, "crashed");
+    return fail_attempt(access, statements::crash_job, function, f, true);
 }
 
 JOBCAP_FUNCTION(release_job, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence));
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    return compare_and_swap(access, statements::release_job, function, job_id, fence, p,
-                            SPI_OK_SELECT);
+    FencedCall job = read_fenced(fcinfo);
+    return compare_and_swap(access, statements::release_job, function, job,
+                            fenced_params(job, access), SPI_OK_SELECT);
 }
 
 JOBCAP_FUNCTION(heartbeat, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    bool no_extend = false;
-    Datum extend = arg_span(fcinfo, 2, "extend", false, true, &no_extend);
+    HeartbeatCall h = {};
+    h.job = read_fenced(fcinfo);
+    h.extend = arg_span(fcinfo, 2, "extend", false, true, &h.no_extend);
+    TimestampTz expires = 0;
+    if (served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+            *stale = h.job;
+            return direct::heartbeat(access, h, &expires);
+        }))
+        return TimestampTzGetDatum(expires);
     Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(extend, no_extend);
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    if (direct::usable(function)) {
-        TimestampTz expires = 0;
-        if (direct::heartbeat(access, job_id, fence, extend, no_extend,
-                              DatumGetTimestampTz(p.values[3]), &expires))
-            return TimestampTzGetDatum(expires);
-        spi_open(access);
-        raise_not_current(access, function, job_id, fence);
-    }
-    return compare_and_swap(access, statements::heartbeat, function, job_id, fence, p,
+    p.add(Int64GetDatum(h.job.job_id)).add(Int64GetDatum(h.job.fence)).add(h.extend, h.no_extend);
+    p.add(TimestampTzGetDatum(h.job.now)).add_caller(access);
+    return compare_and_swap(access, statements::heartbeat, function, h.job, p,
                             SPI_OK_UPDATE_RETURNING);
 }
 
 JOBCAP_FUNCTION(assert_fence, Duty::worker)
 {
-    int64 job_id = arg_job_id(fcinfo, 0);
-    int64 fence = arg_fence(fcinfo, 1);
-    Params p;
-    p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add_caller(access);
-    if (!direct::usable(function)) {
-        compare_and_swap(access, statements::assert_fence, function, job_id, fence, p,
-                         SPI_OK_SELECT);
-    } else if (!direct::assert_fence(access, job_id, fence)) {
-        spi_open(access);
-        raise_not_current(access, function, job_id, fence);
+    FencedCall job = read_fenced(fcinfo);
+    if (!served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+            *stale = job;
+            return direct::assert_fence(access, job);
+        })) {
+        Params p;
+        p.add(Int64GetDatum(job.job_id)).add(Int64GetDatum(job.fence)).add_caller(access);
+        compare_and_swap(access, statements::assert_fence, function, job, p, SPI_OK_SELECT);
     }
     // The row lock is the point of the call, and rolling back to a savepoint releases the row
     // locks taken after it: the job could then be reaped and claimed again while this
@@ -363,39 +368,41 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
                 (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                  errmsg("cannot complete %d jobs in one call", count),
                  errhint("Complete at most %d jobs per call.", static_cast<int>(core::kMaxBatch))));
-    // outputs is new in 0.2.0 (the 0.1.0 declaration passes two arguments): NULL or one per job.
-    bool no_outputs = PG_NARGS() < 3 || PG_ARGISNULL(2);
+    // compat(0.1.0): outputs is new in 0.2.0, the 0.1.0 declaration passes two arguments. Else
+    // NULL or one per job.
+    bool schema_0_1 = PG_NARGS() < 3;
+    bool no_outputs = schema_0_1 || PG_ARGISNULL(2);
     Datum outputs =
         no_outputs ? (Datum) 0 : kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
+    TimestampTz now = GetCurrentTimestamp();
+    int settled = 0;
+    if (!schema_0_1 &&
+        served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+            int64* job_ids = reinterpret_cast<int64*>(ARR_DATA_PTR(ids));
+            int64* job_fences = reinterpret_cast<int64*>(ARR_DATA_PTR(fences));
+            Datum* kept = nullptr;
+            bool* no_kept = nullptr;
+            if (!no_outputs && count > 0) {
+                int n = 0;
+                deconstruct_array(DatumGetArrayTypeP(outputs), JSONBOID, -1, false, TYPALIGN_INT,
+                                  &kept, &no_kept, &n);
+            }
+            int i = direct::complete_many(access, job_ids, job_fences, kept, no_kept, count, now,
+                                          &settled);
+            if (i >= 0)
+                *stale = FencedCall{job_ids[i], job_fences[i], now};
+            return i < 0;
+        }))
+        PG_RETURN_INT32(settled);
     Params p;
     p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
-    bool schema_0_1 = PG_NARGS() < 3;
-    if (!schema_0_1 && direct::usable(function)) {
-        int64* job_ids = reinterpret_cast<int64*>(ARR_DATA_PTR(ids));
-        int64* job_fences = reinterpret_cast<int64*>(ARR_DATA_PTR(fences));
-        Datum* kept = nullptr;
-        bool* no_kept = nullptr;
-        if (!no_outputs && count > 0) {
-            int n = 0;
-            deconstruct_array(DatumGetArrayTypeP(outputs), JSONBOID, -1, false, TYPALIGN_INT, &kept,
-                              &no_kept, &n);
-        }
-        int settled = 0;
-        int stale = direct::complete_many(access, job_ids, job_fences, kept, no_kept, count,
-                                          DatumGetTimestampTz(p.values[2]), &settled);
-        if (stale >= 0) {
-            spi_open(access);
-            raise_not_current(access, function, job_ids[stale], job_fences[stale]);
-        }
-        PG_RETURN_INT32(settled);
-    }
+    p.add(TimestampTzGetDatum(now)).add_caller(access);
     if (!schema_0_1)
         p.add(outputs, no_outputs);
     spi_open(access);
     execute(schema_0_1 ? statements::complete_jobs_0_1 : statements::complete_jobs, p,
             SPI_OK_SELECT);
-    int32 settled = DatumGetInt32(result_column(0, 1));
+    settled = DatumGetInt32(result_column(0, 1));
     bool all_current = false;
     Datum stale_job = result_column(0, 2, &all_current);
     if (!all_current)

@@ -8,6 +8,7 @@
 #include "spi/cap.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -67,8 +68,9 @@ uint64 reap(int32 max_jobs)
 {
     Params p;
     p.add(Int32GetDatum(max_jobs)).add(TimestampTzGetDatum(GetCurrentTimestamp()));
-    return execute(schema_is_0_2() ? statements::reap_jobs : statements::reap_jobs_0_1, p,
-                   SPI_OK_SELECT);
+    return execute(
+        queues_paused_column_exists() ? statements::reap_jobs : statements::reap_jobs_0_1, p,
+        SPI_OK_SELECT);
 }
 
 }  // namespace jobcap

@@ -44,6 +44,7 @@ extern "C" {
 #include "spi/cap.hpp"
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -396,7 +397,7 @@ bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead)
 {
     static bool said_schema_0_1 = false;
     *went_dead = false;
-    if (!schema_is_0_2()) {
+    if (!queues_paused_column_exists()) {
         if (!said_schema_0_1)
             ereport(LOG, (errmsg("jobcap reaper does not count rolled-back claims in database "
                                  "\"%s\" until ALTER EXTENSION jobcap UPDATE",

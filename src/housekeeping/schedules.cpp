@@ -12,13 +12,9 @@
 
 #include "spi/plans.hpp"
 #include "spi/queue_lock.hpp"
+#include "spi/schema.hpp"
 
 #include "core/cron.hpp"
-
-extern "C" {
-#include "catalog/namespace.h"
-#include "utils/lsyscache.h"
-}
 
 namespace jobcap {
 namespace {
@@ -56,12 +52,6 @@ JOBCAP_STATEMENT(schedule_record,
                  " WHERE name = $1 RETURNING queue",
                  {TEXTOID, TIMESTAMPTZOID, INT8OID});
 
-bool schema_has_schedules()
-{
-    Oid schema = get_namespace_oid("jobcap", true);
-    return OidIsValid(schema) && OidIsValid(get_relname_relid("job_schedules", schema));
-}
-
 constexpr int64 kUsecPerMinute = INT64CONST(60000000);
 // Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
 constexpr int64 kUnixToPostgres = (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
@@ -85,7 +75,8 @@ TimestampTz time_of_cron_minute(int64 minute)
 uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled)
 {
     *handled = 0;
-    if (!schema_has_schedules())
+    // compat(0.1.0): the 0.1.0 schema has no schedules.
+    if (!job_schedules_table_exists())
         return 0;
     uint64 rows = execute(schedules_due, Params(), SPI_OK_SELECT);
     SPITupleTable* all = SPI_tuptable;

@@ -16,8 +16,8 @@
 #include "housekeeping/stats.hpp"
 
 #include "jobcap.hpp"
-#include "spi/access.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 
 #include "core/stats.hpp"
 
@@ -198,8 +198,9 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
     Params p;
     p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
     p.add(TimestampTzGetDatum(w.now));
-    uint64 rows = execute(schema_is_0_2() ? statements::queue_stats : statements::queue_stats_0_1,
-                          p, SPI_OK_SELECT);
+    uint64 rows = execute(
+        queues_paused_column_exists() ? statements::queue_stats : statements::queue_stats_0_1, p,
+        SPI_OK_SELECT);
     QueueStats* stats = static_cast<QueueStats*>(SPI_palloc(sizeof(QueueStats) * (rows + 1)));
     memset(stats, 0, sizeof(QueueStats) * (rows + 1));
     w.counted = false;

@@ -116,13 +116,6 @@ Params& Params::add_caller(const Access& a)
     return add(ObjectIdGetDatum(a.caller), a.privileged);
 }
 
-bool schema_is_0_2()
-{
-    Oid schema = get_namespace_oid("jobcap", true);
-    Oid queues = OidIsValid(schema) ? get_relname_relid("queues", schema) : InvalidOid;
-    return OidIsValid(queues) && get_attnum(queues, "paused") != InvalidAttrNumber;
-}
-
 Datum caller_name(const Access& a)
 {
     return CStringGetTextDatum(GetUserNameFromId(a.caller, false));

@@ -50,14 +50,6 @@ Access admit(const char* function, Duty duty);
 void spi_open(Access& access);
 void spi_close(Access& access);
 
-// Whether the installed schema is 0.2.0's (it has jobcap.queues.paused: the upgrade script adds
-// every 0.2.0 column, constraint and table in one transaction, so one of them stands for all).
-// Between installing this library and ALTER EXTENSION jobcap UPDATE, the 0.1.0 schema is still
-// in place: no queue controls, job output, cap_epoch or history kind claim_rolled_back. The
-// statements that need any of them then run their 0.1.0 variants (the _0_1 statements), with
-// 0.1.0's semantics. Two syscache look-ups, no state kept.
-bool schema_is_0_2();
-
 // The caller's role name, for history rows written on its behalf.
 Datum caller_name(const Access& access);
 

@@ -81,18 +81,21 @@ int64 arg_fence(FunctionCallInfo fcinfo, int n)
     return PG_GETARG_INT64(n);
 }
 
-namespace {
-
-core::Span read_span(FunctionCallInfo fcinfo, int n)
+core::Span span_of(const Interval* interval)
 {
     core::Span span;
-    if (!PG_ARGISNULL(n)) {
-        Interval* iv = PG_GETARG_INTERVAL_P(n);
-        span.months = iv->month;
-        span.days = iv->day;
-        span.usec = iv->time;
-    }
+    span.months = interval->month;
+    span.days = interval->day;
+    span.usec = interval->time;
     return span;
+}
+
+namespace {
+
+// Argument n's span; a NULL is an empty one (the checks report the NULL).
+core::Span read_span(FunctionCallInfo fcinfo, int n)
+{
+    return PG_ARGISNULL(n) ? core::Span() : span_of(PG_GETARG_INTERVAL_P(n));
 }
 
 }  // namespace

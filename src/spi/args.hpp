@@ -35,6 +35,9 @@ int64 arg_fence(FunctionCallInfo fcinfo, int n);
 Datum arg_span(FunctionCallInfo fcinfo, int n, const char* what, bool allow_zero, bool optional,
                bool* is_null);
 
+// An interval as the pure core measures it: the one reader of PostgreSQL's Interval.
+core::Span span_of(const Interval* interval);
+
 // A required interval used only for its length (a month counts 30 days): at least zero and at
 // most ten years (core::check_span).
 core::Span arg_length(FunctionCallInfo fcinfo, int n, const char* what);

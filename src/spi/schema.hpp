@@ -1,0 +1,23 @@
+// What the installed schema has, for the code that serves a database still at jobcap 0.1.0.
+//
+// compat(0.1.0): between installing this library and ALTER EXTENSION jobcap UPDATE, a database
+// keeps the 0.1.0 schema: no queue controls, job output, cap_epoch, schedules or history kind
+// claim_rolled_back. The statements that need any of them then run their 0.1.0 variants (the
+// _0_1 statements, with 0.1.0's semantics), chosen by these probes; the SQL functions of the
+// 0.1.0 declarations, which pass fewer arguments, are told apart by PG_NARGS(). Every such site
+// carries the tag compat(0.1.0); UPDATING.md says which release retires them.
+#pragma once
+
+#include "pg.hpp"
+
+namespace jobcap {
+
+// Whether jobcap.queues.paused exists, i.e. whether ALTER EXTENSION jobcap UPDATE to 0.2.0 has
+// run: the update script adds every 0.2.0 column, constraint and table in one transaction, so
+// one of them stands for all. Two syscache look-ups, no state kept.
+bool queues_paused_column_exists();
+
+// Whether jobcap.job_schedules exists (0.2.0's periodic jobs).
+bool job_schedules_table_exists();
+
+}  // namespace jobcap
