@@ -1,6 +1,6 @@
 // The launcher ("jobcap launcher"): the one static background worker jobcap registers. It
 // connects to no database (it reads the shared catalog pg_database, as the autovacuum launcher
-// does) and keeps one reaper (src/worker.cpp) running per database that jobcap.database selects:
+// does) and keeps one reaper (reaper.cpp) running per database that jobcap.database selects:
 // the databases listed there, or with '*' every database that accepts connections.
 //
 // The launcher only starts reapers; each reaper decides for itself when to leave: when its

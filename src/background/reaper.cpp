@@ -266,6 +266,7 @@ uint64 rolled_back_step(int32)
     const RolledBackClaim& claim = taken.items[taken.next];
     bool dead = false;
     if (!count_rolled_back(claim, &dead)) {
+        // compat(0.1.0): a database at 0.1.0 does not count them.
         ereport(DEBUG1,
                 (errmsg("jobcap reaper did not count the rolled-back claim of job %lld "
                         "(fence %lld): the job has moved on, or the database is at jobcap 0.1.0",

@@ -12,7 +12,7 @@ namespace jobcap::core {
 // Claim latency bins: bin 0 holds latencies under 1 ms; bin k >= 1 holds [2^((k-1)/4), 2^(k/4))
 // ms, four bins per doubling (a bin is 19% wide); the last bin holds everything from
 // 2^((kLatencyBins-2)/4) ms (37 hours) on. The SQL that fills the bins (jobcap.refresh_stats)
-// uses the same formula: JOBCAP_LATENCY_BIN_SQL in src/stats.cpp.
+// uses the same formula: JOBCAP_LATENCY_BIN_SQL in src/housekeeping/stats.cpp.
 inline constexpr int kLatencyBinsPerDoubling = 4;
 inline constexpr int kLatencyBins = 110;
 

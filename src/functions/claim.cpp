@@ -3,7 +3,7 @@
 //   state -> running, attempts + 1, a new fence, lease set, only while attempts < the cap.
 // However a job came to be pending (enqueue, reaper, requeue, a row inserted by hand), it cannot
 // run past its cap, and the count is committed before any work starts. Should the claiming
-// transaction roll back after all, the claimed jobs are noted (background/rollbacks.hpp) and,
+// transaction roll back after all, the claimed jobs are noted (housekeeping/rollbacks.hpp) and,
 // with jobcap preloaded, the reaper counts their attempts anyway; until it has, claims skip them.
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
@@ -60,11 +60,11 @@ namespace statements {
     "(SELECT NOT q.paused FROM jobcap.queues q WHERE q.queue = " QUEUE ") IS TRUE"
 
 // $4 = queue, $5 = batch, $6 = caller (NULL: privileged), $7 = jobs whose rolled-back claim is
-// not counted yet (background/rollbacks.hpp): skipped until it is. The grant check and the
-// queue's controls do not depend on the row: each runs once, as a one-time filter before the scan.
-// CAP_BY: the cap of job j with its queue looked up by $4. KEY: the claim index's first key
-// (0.2.0: hashtextextended(queue, 0), the hash of the queue's name; 0.1.0: the name, compared
-// next anyway).
+// not counted yet (housekeeping/rollbacks.hpp): skipped until it is. The grant check and the
+// queue's controls do not depend on the row: each runs once, as a one-time filter before the
+// scan. CAP_BY: the cap of job j with its queue looked up by $4. KEY: the claim index's first key,
+// hashtextextended(queue, 0), the hash of the queue's name (compat(0.1.0): none on the 0.1.0
+// schema, whose index leads with the name, compared next anyway).
 #define BY_QUEUE_KEY "hashtextextended(j.queue, 0) = hashtextextended($4, 0) AND "
 #define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP)                                                \
     "WITH cohort AS MATERIALIZED ("                                                                \
@@ -112,12 +112,13 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
-// The claims of the 0.1.0 schema (no queue controls yet), between installing this library and
-// ALTER EXTENSION jobcap UPDATE (queues_paused_column_exists).
+// compat(0.1.0): the claims of the 0.1.0 schema (no queue controls yet), between installing
+// this library and ALTER EXTENSION jobcap UPDATE (spi/schema.hpp).
 JOBCAP_STATEMENT(claim_job_0_1,
                  CLAIM_BATCH("", "true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
+// compat(0.1.0): claim_job_by_id's.
 JOBCAP_STATEMENT(claim_job_by_id_0_1,
                  CLAIM_ONE("true", "", JOBCAP_CAP_BY_0_1("j.queue"), JOBCAP_CAP_0_1),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
@@ -386,6 +387,7 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     p.add(uncounted_rolled_back_jobs());
     reserve_claims(1);
     spi_open(access);
+    // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
     bool controls = queues_paused_column_exists();
     uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
                           p, SPI_OK_UPDATE_RETURNING);

@@ -51,8 +51,8 @@ constexpr int64 kMaxDeadBatch = 10000;
 JOBCAP_STATEMENT(top_failing_jobs, TOP_FAILING_JOBS(JOBCAP_CAP),
                  {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
-// The same on the 0.1.0 schema (0.1.0's cap rule; its history has no claim_rolled_back rows),
-// between installing this library and ALTER EXTENSION jobcap UPDATE.
+// compat(0.1.0): the same on the 0.1.0 schema (0.1.0's cap rule; its history has no
+// claim_rolled_back rows), between installing this library and ALTER EXTENSION jobcap UPDATE.
 JOBCAP_STATEMENT(top_failing_jobs_0_1, TOP_FAILING_JOBS(JOBCAP_CAP_0_1),
                  {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
@@ -97,7 +97,7 @@ JOBCAP_STATEMENT(requeue_dead, REQUEUE_DEAD(" cap_epoch = q.cap_epoch,"),
                  {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
                   TIMESTAMPTZOID, TEXTOID});
 
-// The same on the 0.1.0 schema (no cap_epoch yet), as requeue_job_0_1.
+// compat(0.1.0): the same on the 0.1.0 schema (no cap_epoch yet), as requeue_job_0_1.
 JOBCAP_STATEMENT(requeue_dead_0_1, REQUEUE_DEAD(""),
                  {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
                   TIMESTAMPTZOID, TEXTOID});
@@ -168,6 +168,7 @@ JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
+    // compat(0.1.0): the 0.1.0 schema's cap rule.
     uint64 rows = execute(queues_paused_column_exists() ? top_failing_jobs : top_failing_jobs_0_1,
                           p, SPI_OK_SELECT);
     if (rows == 0 && !all_queues)

@@ -22,10 +22,9 @@ JOBCAP_STATEMENT(
 // The budget becomes attempts + extra ($3, NULL: the queue's cap), held until the queue's cap is
 // next lowered (the job takes the queue's cap_epoch, src/spi/cap.hpp: EPOCH sets it). A new fence
 // starts a new generation: a claim that rolled back before the requeue is not counted against the
-// new budget (background/rollbacks.cpp counts only below the claim's fence). The reason
-// goes to history with the calling role ($5: the statement runs as the tables' owner, see
-// access.hpp). A job whose dedupe key another live job now holds stays where it is (see
-// why_not_requeued).
+// new budget (housekeeping/rollbacks.cpp counts only below the claim's fence). The reason goes to
+// history with the calling role ($5: the statement runs as the tables' owner, see access.hpp). A
+// job whose dedupe key another live job now holds stays where it is (see why_not_requeued).
 #define REQUEUE_JOB(EPOCH)                                                                         \
     "WITH requeued AS (UPDATE jobcap.jobs j SET state = 'pending',"                                \
     "     max_attempts = j.attempts + coalesce($3, q.max_attempts)," EPOCH                         \
@@ -44,8 +43,8 @@ JOBCAP_STATEMENT(
 JOBCAP_STATEMENT(requeue_job, REQUEUE_JOB(" cap_epoch = q.cap_epoch,"),
                  {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
 
-// The same on the 0.1.0 schema (no cap_epoch yet: under 0.1.0's cap rule the job's own
-// max_attempts is its cap), between installing this library and ALTER EXTENSION jobcap UPDATE.
+// compat(0.1.0): the same on the 0.1.0 schema (no cap_epoch yet: under 0.1.0's cap rule the job's
+// own max_attempts is its cap), between installing this library and ALTER EXTENSION jobcap UPDATE.
 JOBCAP_STATEMENT(requeue_job_0_1, REQUEUE_JOB(""),
                  {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
 
@@ -101,6 +100,7 @@ JOBCAP_FUNCTION(requeue_job, Duty::operator_)
     job.add(Int64GetDatum(job_id));
 
     spi_open(access);
+    // compat(0.1.0): the 0.1.0 schema's requeue, without cap_epoch.
     bool requeued = execute(queues_paused_column_exists() ? requeue_job : requeue_job_0_1, p,
                             SPI_OK_SELECT) > 0;
     // A requeued job wakes the queue's listeners as an enqueue does (sent at commit); the name

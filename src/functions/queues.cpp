@@ -18,7 +18,8 @@ JOBCAP_STATEMENT(
     " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
-// The same on the 0.1.0 schema (no max_running), for its six-argument declarations.
+// compat(0.1.0): the same on the 0.1.0 schema (no max_running), for its six-argument
+// declarations.
 JOBCAP_STATEMENT(
     insert_queue_0_1,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify)"
@@ -41,6 +42,7 @@ JOBCAP_STATEMENT(update_queue,
                  " WHERE queue = $1",
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
+// compat(0.1.0): update_queue's.
 JOBCAP_STATEMENT(update_queue_0_1,
                  "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
                  " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
@@ -177,6 +179,7 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
     check_backoff(q.backoff_base, q.backoff_max);
 
     spi_open(access);
+    // compat(0.1.0): the 0.1.0 declaration's insert, without max_running.
     if (execute(q.has_max_running ? insert_queue : insert_queue_0_1, queue_settings_params(q),
                 SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -197,6 +200,7 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
         raise_unknown_queue(q.queue.cstr);
     check_backoff(q.no_backoff_base ? result_column(0, 1) : q.backoff_base,
                   q.no_backoff_max ? result_column(0, 2) : q.backoff_max);
+    // compat(0.1.0): the 0.1.0 declaration's update, without max_running.
     execute(q.has_max_running ? update_queue : update_queue_0_1, queue_settings_params(q),
             SPI_OK_UPDATE);
     spi_close(access);

@@ -28,8 +28,8 @@ JOBCAP_STATEMENT(
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
     {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
 
-// complete_job of the 0.1.0 schema (no output column), for the 0.1.0 declarations that call
-// this library between its installation and ALTER EXTENSION jobcap UPDATE.
+// compat(0.1.0): complete_job of the 0.1.0 schema (no output column), for the 0.1.0 declarations
+// that call this library between its installation and ALTER EXTENSION jobcap UPDATE.
 JOBCAP_STATEMENT(
     complete_job_0_1,
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
@@ -64,8 +64,8 @@ JOBCAP_STATEMENT(fail_job, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
 
-// fail_job of the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between installing this
-// library and ALTER EXTENSION jobcap UPDATE.
+// compat(0.1.0): fail_job of the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between
+// installing this library and ALTER EXTENSION jobcap UPDATE.
 JOBCAP_STATEMENT(fail_job_0_1, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP_0_1),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
@@ -110,7 +110,8 @@ JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[
     "      ORDER BY i.n LIMIT 1) m ON true",
     {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, PlanKind::steered);
 
-// complete_jobs of the 0.1.0 schema (no output column), for its two-argument declaration.
+// compat(0.1.0): complete_jobs of the 0.1.0 schema (no output column), for its two-argument
+// declaration.
 JOBCAP_STATEMENT(complete_jobs_0_1, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[])"
     "                 WITH ORDINALITY AS i(job_id, fence, n)),"
     " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
@@ -264,7 +265,6 @@ Datum fail_attempt(Access& access, Statement& s, const char* function, const Fai
 
 using namespace jobcap;
 
-// The output argument is new in 0.2.0: the 0.1.0 declaration passes two arguments.
 JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
     CompleteCall c = {};

@@ -67,7 +67,8 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
         v[15] = TimestampTzGetDatum(w.since);
         v[16] = TimestampTzGetDatum(w.until);
         v[17] = TimestampTzGetDatum(w.counted_until);
-        // paused and max_running: columns of the 0.2.0 declaration only.
+        // compat(0.1.0): paused and max_running are columns of the 0.2.0 declaration only; the
+        // 0.1.0 declaration's result takes the first 18.
         v[18] = BoolGetDatum(s.paused);
         v[19] = Int32GetDatum(s.max_running);
         nulls[19] = s.max_running == 0;

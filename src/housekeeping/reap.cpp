@@ -56,9 +56,9 @@ namespace statements {
 JOBCAP_STATEMENT(reap_jobs, REAP_JOBS(JOBCAP_CAP, JOBCAP_CAP_BY("j.queue")),
                  {INT4OID, TIMESTAMPTZOID}, PlanKind::steered);
 
-// The same on the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between installing this
-// library and ALTER EXTENSION jobcap UPDATE: reap_jobs() and the background worker both reap
-// a database still at 0.1.0.
+// compat(0.1.0): the same on the 0.1.0 schema (0.1.0's cap rule: no cap_epoch yet), between
+// installing this library and ALTER EXTENSION jobcap UPDATE: reap_jobs() and the background
+// worker both reap a database still at 0.1.0.
 JOBCAP_STATEMENT(reap_jobs_0_1, REAP_JOBS(JOBCAP_CAP_0_1, JOBCAP_CAP_BY_0_1("j.queue")),
                  {INT4OID, TIMESTAMPTZOID}, PlanKind::steered);
 
@@ -68,6 +68,7 @@ uint64 reap(int32 max_jobs)
 {
     Params p;
     p.add(Int32GetDatum(max_jobs)).add(TimestampTzGetDatum(GetCurrentTimestamp()));
+    // compat(0.1.0): the 0.1.0 schema's reaper.
     return execute(
         queues_paused_column_exists() ? statements::reap_jobs : statements::reap_jobs_0_1, p,
         SPI_OK_SELECT);

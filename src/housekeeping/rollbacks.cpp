@@ -390,14 +390,14 @@ uint64 rolled_back_lost_unreported()
     return lost;
 }
 
-// The 0.1.0 schema has no history kind claim_rolled_back (its CHECK refuses it) and 0.1.0 never
-// counted rolled-back claims: between installing this library and ALTER EXTENSION jobcap UPDATE
-// they go uncounted, as under 0.1.0, and the reaper says so once per process.
+// compat(0.1.0): the 0.1.0 schema has no history kind claim_rolled_back (its CHECK refuses it) and
+// 0.1.0 never counted rolled-back claims: between installing this library and ALTER EXTENSION
+// jobcap UPDATE they go uncounted, as under 0.1.0, and the reaper says so once per process.
 bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead)
 {
     static bool said_schema_0_1 = false;
     *went_dead = false;
-    if (!queues_paused_column_exists()) {
+    if (!queues_paused_column_exists()) {  // compat(0.1.0)
         if (!said_schema_0_1)
             ereport(LOG, (errmsg("jobcap reaper does not count rolled-back claims in database "
                                  "\"%s\" until ALTER EXTENSION jobcap UPDATE",

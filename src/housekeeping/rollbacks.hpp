@@ -49,7 +49,8 @@ uint64 rolled_back_lost_unreported();  // entries lost to a full ring since the 
 
 // Counts one rolled-back claim inside an open SPI connection (a compare-and-swap: only while
 // the job is still as the rolled-back claim found it). Returns false when the job has moved on,
-// and on a database still at jobcap 0.1.0, which has no place for the count (logged once).
+// and (compat(0.1.0)) on a database still at jobcap 0.1.0, which has no place for the count
+// (logged once).
 bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead);
 
 }  // namespace jobcap

@@ -93,8 +93,9 @@ namespace statements {
 JOBCAP_STATEMENT(queue_stats, QUEUE_STATS("q.paused, q.max_running"),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
-// The same on the 0.1.0 schema (no controls yet), between installing this library and
-// ALTER EXTENSION jobcap UPDATE: the reaper's report and the 0.1.0 queue_stats run it.
+// compat(0.1.0): the same on the 0.1.0 schema (no controls yet), between installing this
+// library and ALTER EXTENSION jobcap UPDATE: the reaper's report and the 0.1.0 queue_stats run
+// it.
 JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4"),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
@@ -198,6 +199,7 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
     Params p;
     p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
     p.add(TimestampTzGetDatum(w.now));
+    // compat(0.1.0): the 0.1.0 schema's figures, without queue controls.
     uint64 rows = execute(
         queues_paused_column_exists() ? statements::queue_stats : statements::queue_stats_0_1, p,
         SPI_OK_SELECT);

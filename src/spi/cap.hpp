@@ -27,7 +27,7 @@
     JOBCAP_CAP_OF("j", "(SELECT q.max_attempts FROM jobcap.queues q WHERE q.queue = " QUEUE ")",   \
                   "(SELECT q.cap_epoch FROM jobcap.queues q WHERE q.queue = " QUEUE ")")
 
-// The 0.1.0 rule, for the 0.1.0 schema (no cap_epoch yet; see queues_paused_column_exists in access.hpp): a
+// compat(0.1.0): the 0.1.0 rule, for the 0.1.0 schema (no cap_epoch yet; spi/schema.hpp): a
 // job's own max_attempts, else its queue's.
 #define JOBCAP_CAP_0_1 "coalesce(j.max_attempts, q.max_attempts)"
 #define JOBCAP_CAP_BY_0_1(QUEUE)                                                                   \
