@@ -41,6 +41,7 @@ extern "C" {
 #include "housekeeping/schedules.hpp"
 #include "housekeeping/stats.hpp"
 #include "jobcap.hpp"
+#include "spi/history.hpp"
 #include "spi/plans.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
@@ -84,15 +85,10 @@ constexpr uint16 kLockSubId = 3;
     "   WHERE j.state IN (" STATES                                                                 \
     ")"                                                                                            \
     "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"    \
-    "   ORDER BY j.state, j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"                    \
-    " gone AS (DELETE FROM jobcap.jobs j"                                                          \
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))"                                   \
-    "     AND (j.state IN (" STATES                                                                \
-    ") AND j.finished_at < $1) IS TRUE"                                                            \
-    "   RETURNING j.job_id),"                                                                      \
-    " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
-    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"                                    \
-    " SELECT count(*) FROM gone"
+    "   ORDER BY j.state, j.finished_at LIMIT $2 FOR UPDATE OF j SKIP "                            \
+    "LOCKED)," JOBCAP_DELETE_DOOMED(                                                               \
+        "     AND (j.state IN (" STATES                                                            \
+        ") AND j.finished_at < $1) IS TRUE") " SELECT count(*) FROM gone"
 
 JOBCAP_STATEMENT(prune_succeeded, PRUNE("'succeeded'"), {TIMESTAMPTZOID, INT4OID});
 JOBCAP_STATEMENT(prune_dead, PRUNE("'dead', 'cancelled'"), {TIMESTAMPTZOID, INT4OID});

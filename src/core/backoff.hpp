@@ -1,4 +1,4 @@
-// Retry delay after a failed attempt. The formula, as the README documents it:
+// Retry delay after a failed attempt. The formula, the one users are told:
 //
 //   ceiling = min(backoff_max, backoff_base * 2^(attempt - 1))
 //   delay   = ceiling / 2 + u * ceiling / 2,   u uniform in [0, 1)

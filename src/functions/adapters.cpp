@@ -32,8 +32,7 @@ JOBCAP_STATEMENT(
 // $1 = queue, $2 = now, $3 = caller. Pending jobs at or over their cap are not ready: the next
 // sweep makes them dead. The pending jobs come from the claim index, the running ones from
 // jobs_running: one branch per state. With state IN ('pending', 'running') no partial index
-// matched and every call read the whole table, the finished jobs kept included (38,000 buffers,
-// ~300 ms with 1.1 million finished jobs kept, against 3,100-3,300 for 100,000 pending).
+// would match, and every call would read the whole table, the finished jobs kept included.
 JOBCAP_STATEMENT(
     queue_depth,
     "SELECT count(*) FILTER (WHERE j.state = 'pending' AND j.run_at <= $2"
@@ -56,19 +55,13 @@ JOBCAP_STATEMENT(
 
 // Deletes up to $2 pending jobs of queue $1 with their history, oldest first, skipping rows
 // another transaction holds (a claim in progress). Running jobs settle normally.
-JOBCAP_STATEMENT(
-    purge_pending,
-    "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"
-    "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
-    "     AND j.state = 'pending'"
-    "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
-    " gone AS (DELETE FROM jobcap.jobs j"
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed)) AND j.state = 'pending'"
-    "   RETURNING j.job_id),"
-    " history_gone AS (DELETE FROM jobcap.job_errors e"
-    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"
-    " SELECT count(*)::int FROM gone",
-    {TEXTOID, INT4OID});
+JOBCAP_STATEMENT(purge_pending,
+                 "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"
+                 "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
+                 "     AND j.state = 'pending'"
+                 "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," JOBCAP_DELETE_DOOMED(
+                     " AND j.state = 'pending'") " SELECT count(*)::int FROM gone",
+                 {TEXTOID, INT4OID});
 
 }  // namespace
 }  // namespace jobcap

@@ -104,11 +104,7 @@ JOBCAP_STATEMENT(requeue_dead_0_1, REQUEUE_DEAD(""),
 
 // Deletes the cohort with its history, as retention does.
 JOBCAP_STATEMENT(purge_dead, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
-    " gone AS (DELETE FROM jobcap.jobs j"
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed)) AND j.state = 'dead'"
-    "   RETURNING j.job_id),"
-    " history_gone AS (DELETE FROM jobcap.job_errors e"
-    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"
+    JOBCAP_DELETE_DOOMED(" AND j.state = 'dead'")
     " SELECT count(*)::int FROM gone",
     {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 

@@ -1,7 +1,9 @@
-// The bounded error history, written inside the statement that settles the job, so history and
-// state change together. SOURCE names a CTE of settled jobs with columns job_id, queue,
-// attempts, fence, worker; KIND, ERROR and AT (the call's clock reading) are SQL expressions. One row per job is added and the
-// job's history cut to its newest jobcap.error_history rows (the DELETE does not see the row the
+// The bounded error history, in SQL (the direct path's is src/direct/history.cpp).
+//
+// JOBCAP_HISTORY_CTES: written inside the statement that settles the job, so history and state
+// change together. SOURCE names a CTE of settled jobs with columns job_id, queue, attempts,
+// fence, worker; KIND, ERROR and AT (the call's clock reading) are SQL expressions. One row per
+// job is added and the job's history cut to its newest jobcap.error_history rows (the DELETE does not see the row the
 // INSERT adds: one statement, one snapshot, hence "- 1"). Writers hold the job's row lock, so
 // two writers never prune one job's history at once.
 #pragma once
@@ -18,3 +20,13 @@
     "     WHERE e2.job_id = s.job_id ORDER BY e2.seq DESC"                                         \
     "     OFFSET greatest(pg_catalog.current_setting('jobcap.error_history')::int - 1, 0) LIMIT "  \
     "1))"
+
+// JOBCAP_DELETE_DOOMED: the jobs of CTE doomed (column job_id, rows locked by the statement)
+// that still pass GUARD (SQL starting with AND, on job j) deleted with their whole history: CTEs
+// gone (the deleted job ids) and history_gone. Retention, purge_dead and purge_pending.
+#define JOBCAP_DELETE_DOOMED(GUARD)                                                                \
+    " gone AS (DELETE FROM jobcap.jobs j"                                                          \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))" GUARD                             \
+    "   RETURNING j.job_id),"                                                                      \
+    " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"

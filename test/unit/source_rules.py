@@ -9,6 +9,8 @@ this: `test/run unit`). Exits 1 and names each place that breaks one:
               cycle (docs/architecture.md draws it).
  compat       Every piece of code that serves a database still at jobcap 0.1.0 carries the tag
               compat(0.1.0) on its line or in the comment just above it (UPDATING.md).
+ versions     Only src/compat.hpp tests PG_VERSION_NUM: a difference between PostgreSQL majors
+              gets a shim there, named for what it does.
  size         No C++ source is longer than 700 lines, none of src/direct longer than 500.
  paths        Every jobcap file a comment names exists.
 
@@ -112,6 +114,8 @@ def main():
                 if 'compat(0.1.0)' not in context:
                     problems.append(f'{where}:{n}: compat: no compat(0.1.0) tag at '
                                     f'{COMPAT.search(code).group(0)}')
+            if 'PG_VERSION_NUM' in code and rel != 'compat.hpp':
+                problems.append(f'{where}:{n}: versions: PG_VERSION_NUM outside src/compat.hpp')
             for named in NAMED.findall(comments(line)):
                 named = named.rstrip('.')
                 candidates = [os.path.join(ROOT, named), os.path.join(SRC, named),
