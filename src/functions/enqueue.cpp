@@ -1,4 +1,5 @@
-// enqueue_job: one INSERT that also checks the queue and resolves a dedupe key.
+// enqueue_job and enqueue_jobs: one INSERT that also checks the queue and resolves a dedupe key;
+// on the direct path (direct/enqueue.cpp) when it may serve the call and no dedupe key is given.
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"

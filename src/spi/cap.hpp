@@ -1,6 +1,8 @@
-// The cap rule, written once: every statement that decides whether a job may run again (the
-// claims, fail_job, the reaper) and every figure that shows a job's cap (what a claim returns,
-// top_failing_jobs; the dead_jobs view spells the same expression in SQL) uses JOBCAP_CAP_OF.
+// The cap rule in SQL, written once: every statement that decides whether a job may run again
+// (the claims, fail_job, the reaper) and every figure that shows a job's cap (what a claim
+// returns, top_failing_jobs; the dead_jobs view spells the same expression in the install
+// script) uses JOBCAP_CAP_OF. The direct path's C++ spelling is src/core/cap.hpp; the table of
+// cases test/unit/cap_cases.txt ties the two (test/unit/cap_test.cpp, test/t/180_cap_rule.pl).
 //
 // A job's cap is the lower of its own max_attempts and its queue's (least() ignores a NULL: no
 // own cap means the queue's). So nobody who enqueues can give a job more attempts than its
