@@ -301,19 +301,26 @@ ClaimCall read_claim(FunctionCallInfo fcinfo, int first, TimestampTz now)
     return c;
 }
 
-// Runs the batch claim on the direct path, or else with the SQL statements, notes the claimed
-// jobs (housekeeping/rollbacks.hpp) and returns them in claim order.
+// The batch claim with the SQL statements, inside the open SPI connection: notes the claimed
+// jobs (housekeeping/rollbacks.hpp), returns them in claim order and closes the connection.
+Datum claim_with_statements(FunctionCallInfo fcinfo, Access& access, const char* function,
+                            const ClaimCall& c)
+{
+    uint64 rows = claim_from_queue(access, function, c);
+    note_claims(rows, c.worker.cstr);
+    return_claimed(fcinfo, rows);
+    spi_close(access);
+    return (Datum) 0;
+}
+
+// The batch claim on the direct path, or else with the SQL statements.
 Datum claim_and_return(FunctionCallInfo fcinfo, Access& access, const char* function,
                        const ClaimCall& c)
 {
     if (claim_directly(fcinfo, access, function, c))
         return (Datum) 0;
     spi_open(access);
-    uint64 rows = claim_from_queue(access, function, c);
-    note_claims(rows, c.worker.cstr);
-    return_claimed(fcinfo, rows);
-    spi_close(access);
-    return (Datum) 0;
+    return claim_with_statements(fcinfo, access, function, c);
 }
 
 }  // namespace
@@ -365,11 +372,7 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, p,
                 SPI_OK_UPDATE_RETURNING) == 0)
         raise_not_current(access, function, done.job.job_id, done.job.fence);
-    uint64 rows = claim_from_queue(access, function, c);
-    note_claims(rows, c.worker.cstr);
-    return_claimed(fcinfo, rows);
-    spi_close(access);
-    return (Datum) 0;
+    return claim_with_statements(fcinfo, access, function, c);
 }
 
 JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
