@@ -3,14 +3,14 @@
 //  * ereport(ERROR) is a longjmp. It must never jump over a C++ destructor or out of a catch
 //    block. So every frame between an SQL entry point and a PostgreSQL call (SPI, palloc,
 //    ereport, CHECK_FOR_INTERRUPTS) holds plain data only: no std::string, no smart pointer,
-//    no RAII guard. Those frames are the src/*.cpp files; they use PostgreSQL's own memory and
-//    containers.
+//    no RAII guard. Those frames are in every file outside src/core; they use PostgreSQL's own
+//    memory and containers (test/unit/source_rules.py checks that they name no owning C++ type).
 //  * C++ exceptions can come only from the pure core (src/core), which never calls PostgreSQL
 //    and never holds PostgreSQL memory. Its results are plain values (see core/rules.hpp).
-//  * Every SQL-callable function body runs inside guard() (JOBCAP_FUNCTION puts it there), which catches every C++
-//    exception, copies its message into a fixed buffer, leaves the catch block, and only then
-//    reports it with ereport. No exception can reach a PostgreSQL frame, and no longjmp starts
-//    inside a catch block.
+//  * Every SQL-callable function body runs inside guard() (JOBCAP_FUNCTION puts it there), which
+//    catches every C++ exception, copies its message into a fixed buffer, leaves the catch block,
+//    and only then reports it with ereport. No exception can reach a PostgreSQL frame, and no
+//    longjmp starts inside a catch block.
 #pragma once
 
 #include "pg.hpp"

@@ -1,8 +1,8 @@
-// complete_job, fail_job, crash_job, release_job, heartbeat, assert_fence: the calls a worker
-// makes while it holds a lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker whose lease was
-// reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence error, and
-// whatever it wrote in the same transaction rolls back with it. The last parameter of each is
-// the caller (access.hpp): a job of a queue not granted to it matches no row either, and
+// complete_job, fail_job, crash_job, release_job, heartbeat, assert_fence: the calls a worker makes
+// while it holds a lease. Each is a compare-and-swap on (job_id, fence, state = running): a worker
+// whose lease was reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence
+// error, and whatever it wrote in the same transaction rolls back with it. The last parameter of
+// each is the caller (access.hpp): a job of a queue not granted to it matches no row either, and
 // raise_not_current tells the two apart.
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"

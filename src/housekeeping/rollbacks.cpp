@@ -15,16 +15,16 @@
 //     serves the database (uncounted_rolled_back_jobs): a worker that claims again at once after
 //     its rollback would otherwise hold the row through its work while the reaper's count waits
 //     for it past lock_timeout, and a committed claim would overtake the count.
-//  4. The reaper (background/reaper.cpp) marks its database's entries as its own (they stay in the ring
-//     until counted or given up, so their jobs stay skipped) and counts each in a transaction of
-//     its own, as a compare-and-swap (count_rolled_back below): attempts + 1 and a history row
-//     of kind claim_rolled_back, dead when the cap is reached, but only while the job is still
-//     as the claim found it: pending, below its cap, and with a fence lower than the one the
-//     claim handed out. The rollback restored the job's old fence, and every later claim gets a
-//     higher one from the sequence, so a claim that committed after the rolled-back one is
-//     never counted again, and a job that was cancelled or died meanwhile is left alone. A
-//     requeue (requeue_job, requeue_dead) also takes a new fence, so an attempt that rolled back
-//     before it is not charged to the budget the requeue granted.
+//  4. The reaper (background/reaper.cpp) marks its database's entries as its own (they stay in the
+//     ring until counted or given up, so their jobs stay skipped) and counts each in a transaction
+//     of its own, as a compare-and-swap (count_rolled_back below): attempts + 1 and a history row
+//     of kind claim_rolled_back, dead when the cap is reached, but only while the job is still as
+//     the claim found it: pending, below its cap, and with a fence lower than the one the claim
+//     handed out. The rollback restored the job's old fence, and every later claim gets a higher
+//     one from the sequence, so a claim that committed after the rolled-back one is never counted
+//     again, and a job that was cancelled or died meanwhile is left alone. A requeue (requeue_job,
+//     requeue_dead) also takes a new fence, so an attempt that rolled back before it is not charged
+//     to the budget the requeue granted.
 //
 // A transaction that claimed cannot be prepared (PREPARE TRANSACTION): its fate would be
 // decided in another session, where no callback of this one runs. The ring lives in shared

@@ -3,9 +3,9 @@
 // JOBCAP_HISTORY_CTES: written inside the statement that settles the job, so history and state
 // change together. SOURCE names a CTE of settled jobs with columns job_id, queue, attempts,
 // fence, worker; KIND, ERROR and AT (the call's clock reading) are SQL expressions. One row per
-// job is added and the job's history cut to its newest jobcap.error_history rows (the DELETE does not see the row the
-// INSERT adds: one statement, one snapshot, hence "- 1"). Writers hold the job's row lock, so
-// two writers never prune one job's history at once.
+// job is added and the job's history cut to its newest jobcap.error_history rows (the DELETE
+// does not see the row the INSERT adds: one statement, one snapshot, hence "- 1"). Writers hold
+// the job's row lock, so two writers never prune one job's history at once.
 #pragma once
 
 #define JOBCAP_HISTORY_CTES(SOURCE, KIND, ERROR, AT)                                               \
