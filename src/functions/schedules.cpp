@@ -77,22 +77,27 @@ JOBCAP_STATEMENT(
 JOBCAP_STATEMENT(delete_schedule, "DELETE FROM jobcap.job_schedules WHERE name = $1", {TEXTOID});
 
 constexpr int64 kUsecPerMinute = INT64CONST(60000000);
-// Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
-constexpr int64 kUnixToPostgres = (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+// Minutes from 1970-01-01 (the core's epoch) to PostgreSQL's, 2000-01-01.
+constexpr int64 kUnixToPostgresMinutes =
+    (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * MINS_PER_HOUR * HOURS_PER_DAY;
 
-int64 minute_of(TimestampTz t)
+// The minute (since 1970) that holds t; t is finite.
+constexpr int64 minute_of(TimestampTz t)
 {
-    int64 unix_usec = t + kUnixToPostgres;
-    int64 m = unix_usec / kUsecPerMinute;
-    if (unix_usec % kUsecPerMinute < 0)
+    int64 m = t / kUsecPerMinute;
+    if (t % kUsecPerMinute < 0)
         --m;
-    return m;
+    return m + kUnixToPostgresMinutes;
 }
 
+// The start of a minute no later than the last representable timestamp (kLastMinute).
 TimestampTz time_of(int64 minute)
 {
-    return minute * kUsecPerMinute - kUnixToPostgres;
+    return (minute - kUnixToPostgresMinutes) * kUsecPerMinute;
 }
+
+// The last minute that starts within PostgreSQL's timestamp range: no slot lies after it.
+constexpr int64 kLastMinute = minute_of(END_TIMESTAMP - 1);
 
 core::CronSpec parse_or_raise(text* cron)
 {
@@ -103,13 +108,19 @@ core::CronSpec parse_or_raise(text* cron)
     return spec;
 }
 
-TimestampTz next_after(const core::CronSpec& spec, TimestampTz after)
+// The first slot after `after`; false when none comes before the end of PostgreSQL's timestamp
+// range (then SQL gets NULL: there is no next run), or after is 'infinity'. '-infinity' counts
+// from the first representable minute.
+bool next_after(const core::CronSpec& spec, TimestampTz after, TimestampTz* next)
 {
-    int64 next = 0;
-    if (TIMESTAMP_NOT_FINITE(after) || !core::cron_next(spec, minute_of(after), &next))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("cron expression has no slot after the given time")));
-    return time_of(next);
+    if (TIMESTAMP_IS_NOEND(after))
+        return false;
+    int64 from = TIMESTAMP_IS_NOBEGIN(after) ? minute_of(MIN_TIMESTAMP) - 1 : minute_of(after);
+    int64 slot = 0;
+    if (!core::cron_next(spec, from, kLastMinute, &slot))
+        return false;
+    *next = time_of(slot);
+    return true;
 }
 
 bool schema_has_schedules()
@@ -171,7 +182,10 @@ using namespace jobcap;
 JOBCAP_FUNCTION(cron_next, Duty::anyone)
 {
     core::CronSpec spec = parse_or_raise(PG_GETARG_TEXT_PP(0));
-    PG_RETURN_TIMESTAMPTZ(next_after(spec, PG_GETARG_TIMESTAMPTZ(1)));
+    TimestampTz next = 0;
+    if (!next_after(spec, PG_GETARG_TIMESTAMPTZ(1), &next))
+        PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(next);
 }
 
 JOBCAP_FUNCTION(schedule_job, Duty::operator_)
@@ -193,7 +207,10 @@ JOBCAP_FUNCTION(schedule_job, Duty::operator_)
         raise_unknown_queue(queue.cstr);
     TimestampTz last = DatumGetTimestampTz(result_column(0, 1));
     spi_close(access);
-    PG_RETURN_TIMESTAMPTZ(next_after(spec, last));
+    TimestampTz next = 0;
+    if (!next_after(spec, last, &next))
+        PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(next);
 }
 
 JOBCAP_FUNCTION(unschedule_job, Duty::operator_)
