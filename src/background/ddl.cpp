@@ -2,10 +2,14 @@
 // the reapers keep out of the way of the DDL that needs a database to itself, and the launcher
 // learns at once about the databases it may now serve.
 //
-// - ALTER DATABASE ... RENAME, ALTER DATABASE ... SET TABLESPACE and CREATE DATABASE ...
-//   TEMPLATE fail after 5 s ("being accessed by other users") while any session is connected to
-//   the database, the reaper included, and have no FORCE option: the reaper of that database is
-//   stopped first (SIGTERM), when the caller owns the database. DROP DATABASE has WITH (FORCE).
+// - DROP DATABASE, ALTER DATABASE ... RENAME, ALTER DATABASE ... SET TABLESPACE and CREATE
+//   DATABASE ... TEMPLATE fail after 5 s ("being accessed by other users") while any session is
+//   connected to the database, the reaper included: the reaper of that database is stopped first
+//   (SIGTERM, then a wait until it has left), when the caller owns the database. DROP DATABASE
+//   ... WITH (FORCE) needs it too: its caller may not terminate a superuser's process.
+// - ALTER EXTENSION jobcap UPDATE takes every jobcap table's lock before its script runs, jobs
+//   first, as the workers' statements take them: the script's DDL would otherwise lock one table
+//   while a worker holding jobs waits for it, and deadlock with the worker.
 // - CREATE DATABASE, ALTER DATABASE and the above wake the launcher when their transaction ends
 //   (SIGINT is its "look again now"), so a database named in jobcap.database is served as soon as
 //   it exists or can be entered, and a stopped reaper comes back as soon as the DDL is done.
@@ -22,10 +26,16 @@ extern "C" {
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 }
 
@@ -37,16 +47,24 @@ extern "C" {
 namespace jobcap {
 namespace {
 
-constexpr long kReaperWaitMs = 2000;  // CREATE EXTENSION waits this long for a reaper
+constexpr long kReaperWaitMs = 2000;   // CREATE EXTENSION waits this long for a reaper
+constexpr long kReaperExitMs = 10000;  // database DDL waits this long for a stopped reaper to leave
 constexpr long kPollMs = 20;
 
 ProcessUtility_hook_type previous_utility = nullptr;
 pid_t launcher_to_wake = 0;  // at the end of this transaction
 
 // The pid of a process of backend_type `type` (in database dboid, unless InvalidOid), or 0.
+// Read as the bootstrap superuser: pg_stat_activity shows another role's backend_type only to
+// those with its privileges, and jobcap's processes run as a superuser, while the caller may be
+// a database's owner who is none. An error needs no cleanup: transaction abort restores the user.
 pid_t find_process(const char* type, Oid dboid)
 {
     pid_t pid = 0;
+    Oid saved_user = InvalidOid;
+    int saved_context = 0;
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, saved_context | SECURITY_LOCAL_USERID_CHANGE);
     SPI_connect();
     Oid types[2] = {TEXTOID, OIDOID};
     Datum values[2] = {CStringGetTextDatum(type), ObjectIdGetDatum(dboid)};
@@ -66,6 +84,7 @@ pid_t find_process(const char* type, Oid dboid)
             pid = DatumGetInt32(d);
     }
     SPI_finish();
+    SetUserIdAndSecContext(saved_user, saved_context);
     return pid;
 }
 
@@ -111,6 +130,73 @@ void stop_reaper_of(const char* name, const char* ddl)
                             "if jobcap.database still selects the database.")));
     (void) kill(reaper, SIGTERM);
     wake_launcher_at_end();
+    // Until it has left the database: the DDL counts the database's sessions once it holds the
+    // database's lock (which keeps a new reaper out), and a reaper still leaving would count.
+    for (long waited = 0; waited < kReaperExitMs && BackendPidGetProc(reaper) != nullptr;
+         waited += kPollMs) {
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kPollMs,
+                         PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
+// ALTER EXTENSION jobcap UPDATE: every table of schema jobcap locked for the script, jobs first
+// (every worker statement locks jobs before the other tables), then the others without waiting
+// while holding any: when one is busy, all are let go and taken again shortly, so this never
+// waits while holding a lock a worker needs. Only for a caller with the tables' owner's
+// privileges (anyone else's ALTER EXTENSION fails on its own).
+void lock_tables_for_update()
+{
+    Oid schema = get_namespace_oid("jobcap", true);
+    Oid jobs = OidIsValid(schema) ? get_relname_relid("jobs", schema) : InvalidOid;
+    if (!OidIsValid(jobs))
+        return;
+    HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(jobs));
+    if (!HeapTupleIsValid(tuple))
+        return;
+    Oid owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+    ReleaseSysCache(tuple);
+    if (!has_privs_of_role(GetUserId(), owner))
+        return;
+
+    SPI_connect();
+    Oid types[1] = {OIDOID};
+    Datum values[1] = {ObjectIdGetDatum(schema)};
+    int rc = SPI_execute_with_args(
+        "SELECT c.oid FROM pg_catalog.pg_class c"
+        " WHERE c.relnamespace OPERATOR(pg_catalog.=) $1"
+        "   AND c.relkind IN ('r', 'p') ORDER BY c.oid",
+        1, types, values, nullptr, true, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "SPI_execute_with_args returned %d", rc);
+    int n = 0;
+    Oid* tables = static_cast<Oid*>(palloc(sizeof(Oid) * (SPI_processed + 1)));
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+        bool isnull = false;
+        Oid t = DatumGetObjectId(
+            SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+        if (t != jobs)
+            tables[n++] = t;
+    }
+    SPI_finish();
+
+    for (;;) {
+        LockRelationOid(jobs, AccessExclusiveLock);
+        int held = 0;
+        while (held < n && ConditionalLockRelationOid(tables[held], AccessExclusiveLock))
+            ++held;
+        if (held == n)
+            break;
+        for (int i = held - 1; i >= 0; --i)
+            UnlockRelationOid(tables[i], AccessExclusiveLock);
+        UnlockRelationOid(jobs, AccessExclusiveLock);
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kPollMs,
+                         PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+    pfree(tables);
 }
 
 const char* option_string(List* options, const char* option)
@@ -176,9 +262,16 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree,
         }
         break;
     }
+    case T_DropdbStmt:
+        stop_reaper_of(castNode(DropdbStmt, stmt)->dbname, "DROP DATABASE");
+        break;
     case T_CreateExtensionStmt:
         if (strcmp(castNode(CreateExtensionStmt, stmt)->extname, "jobcap") == 0)
             await_reaper();
+        break;
+    case T_AlterExtensionStmt:
+        if (strcmp(castNode(AlterExtensionStmt, stmt)->extname, "jobcap") == 0)
+            lock_tables_for_update();
         break;
     default:
         break;

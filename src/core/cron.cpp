@@ -10,7 +10,10 @@ namespace jobcap::core {
 namespace {
 
 constexpr std::int64_t kMinutesPerDay = 1440;
-constexpr std::int64_t kSearchDays = 28 * 366;  // the calendar repeats every 28 years or less
+// The Gregorian calendar repeats every 400 years (146,097 days, a whole number of weeks): an
+// expression that matches some day matches one in any 400 years. Shorter cycles do not hold
+// across a century year that is not a leap year (29 February on a Sunday: 2088, then 2128).
+constexpr std::int64_t kSearchDays = 146097 + 1;
 
 struct Field {
     const char* name;
@@ -292,18 +295,22 @@ Problem parse_cron(const char* text, std::size_t length, CronSpec* out)
     return {};
 }
 
-bool cron_next(const CronSpec& s, std::int64_t after, std::int64_t* next)
+bool cron_next(const CronSpec& s, std::int64_t after, std::int64_t limit, std::int64_t* next)
 {
+    if (after >= limit)
+        return false;
     std::int64_t start = after + 1;
     std::int64_t day = floor_div(start, kMinutesPerDay);
     int from = static_cast<int>(start - day * kMinutesPerDay);
     for (std::int64_t k = 0; k < kSearchDays; ++k, ++day, from = 0) {
         if (!day_matches(s, day))
             continue;
+        if (day * kMinutesPerDay > limit)
+            return false;
         int m = first_minute(s, from);
         if (m >= 0) {
             *next = day * kMinutesPerDay + m;
-            return true;
+            return *next <= limit;
         }
     }
     return false;

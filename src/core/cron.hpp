@@ -34,9 +34,10 @@ inline constexpr std::size_t kMaxCronLength = 256;
 // and also when the expression names no day at all (such as 30 February).
 Problem parse_cron(const char* text, std::size_t length, CronSpec* out);
 
-// The first slot after `after` (minutes since the epoch); false when there is none within 28
-// years (parse_cron rejects expressions that never match, so that does not happen for them).
-bool cron_next(const CronSpec& spec, std::int64_t after, std::int64_t* next);
+// The first slot after `after` and at most `limit` (minutes since the epoch; the caller's last
+// representable time); false when there is none. An expression parse_cron accepts matches within
+// every 400 years, so false means only that the next slot lies past `limit`.
+bool cron_next(const CronSpec& spec, std::int64_t after, std::int64_t limit, std::int64_t* next);
 
 // The last slot in (after, upto]; false when there is none.
 bool cron_latest(const CronSpec& spec, std::int64_t after, std::int64_t upto, std::int64_t* slot);

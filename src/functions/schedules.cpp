@@ -38,13 +38,20 @@ core::CronSpec parse_or_raise(text* cron)
     return spec;
 }
 
-TimestampTz next_after(const core::CronSpec& spec, TimestampTz after)
+// The first slot after `after`; false when none comes before the end of PostgreSQL's timestamp
+// range (then SQL gets NULL: there is no next run), or after is 'infinity'. '-infinity' counts
+// from the first representable minute.
+bool next_after(const core::CronSpec& spec, TimestampTz after, TimestampTz* next)
 {
-    int64 next = 0;
-    if (TIMESTAMP_NOT_FINITE(after) || !core::cron_next(spec, cron_minute_of(after), &next))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("cron expression has no slot after the given time")));
-    return time_of_cron_minute(next);
+    if (TIMESTAMP_IS_NOEND(after))
+        return false;
+    int64 from =
+        TIMESTAMP_IS_NOBEGIN(after) ? cron_minute_of(MIN_TIMESTAMP) - 1 : cron_minute_of(after);
+    int64 slot = 0;
+    if (!core::cron_next(spec, from, last_cron_minute(), &slot))
+        return false;
+    *next = time_of_cron_minute(slot);
+    return true;
 }
 
 }  // namespace
@@ -52,12 +59,13 @@ TimestampTz next_after(const core::CronSpec& spec, TimestampTz after)
 
 using namespace jobcap;
 
-using namespace jobcap;
-
 JOBCAP_FUNCTION(cron_next, Duty::anyone)
 {
     core::CronSpec spec = parse_or_raise(PG_GETARG_TEXT_PP(0));
-    PG_RETURN_TIMESTAMPTZ(next_after(spec, PG_GETARG_TIMESTAMPTZ(1)));
+    TimestampTz next = 0;
+    if (!next_after(spec, PG_GETARG_TIMESTAMPTZ(1), &next))
+        PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(next);
 }
 
 JOBCAP_FUNCTION(schedule_job, Duty::operator_)
@@ -79,7 +87,10 @@ JOBCAP_FUNCTION(schedule_job, Duty::operator_)
         raise_unknown_queue(queue.cstr);
     TimestampTz last = DatumGetTimestampTz(result_column(0, 1));
     spi_close(access);
-    PG_RETURN_TIMESTAMPTZ(next_after(spec, last));
+    TimestampTz next = 0;
+    if (!next_after(spec, last, &next))
+        PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(next);
 }
 
 JOBCAP_FUNCTION(unschedule_job, Duty::operator_)

@@ -53,23 +53,30 @@ JOBCAP_STATEMENT(schedule_record,
                  {TEXTOID, TIMESTAMPTZOID, INT8OID});
 
 constexpr int64 kUsecPerMinute = INT64CONST(60000000);
-// Microseconds from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
-constexpr int64 kUnixToPostgres = (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+// Minutes from 1970-01-01 (the core's epoch) to PostgreSQL's, 2000-01-01.
+constexpr int64 kUnixToPostgresMinutes =
+    (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * MINS_PER_HOUR * HOURS_PER_DAY;
 
 }  // namespace
 
 int64 cron_minute_of(TimestampTz t)
 {
-    int64 unix_usec = t + kUnixToPostgres;
-    int64 m = unix_usec / kUsecPerMinute;
-    if (unix_usec % kUsecPerMinute < 0)
+    int64 m = t / kUsecPerMinute;
+    if (t % kUsecPerMinute < 0)
         --m;
-    return m;
+    return m + kUnixToPostgresMinutes;
 }
 
+// Computed from the minute, not the microseconds since 1970, which overflow int64 after the
+// year 294247 (PostgreSQL's timestamps go on to 294276).
 TimestampTz time_of_cron_minute(int64 minute)
 {
-    return minute * kUsecPerMinute - kUnixToPostgres;
+    return (minute - kUnixToPostgresMinutes) * kUsecPerMinute;
+}
+
+int64 last_cron_minute()
+{
+    return cron_minute_of(END_TIMESTAMP - 1);
 }
 
 uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled)

@@ -12,8 +12,12 @@ namespace jobcap {
 // and returns how many jobs it enqueued. Does nothing before the 0.2.0 schema is installed.
 uint64 run_due_schedules(TimestampTz now, int32 max_schedules, uint64* handled);
 
-// A time as the minutes core/cron.hpp counts (since 1970-01-01 UTC, rounded down), and back.
+// A finite time as the minutes core/cron.hpp counts (since 1970-01-01 UTC, rounded down), and
+// back (for a minute up to last_cron_minute()).
 int64 cron_minute_of(TimestampTz t);
 TimestampTz time_of_cron_minute(int64 minute);
+
+// The last minute that starts within PostgreSQL's timestamp range: no slot lies after it.
+int64 last_cron_minute();
 
 }  // namespace jobcap

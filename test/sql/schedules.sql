@@ -10,6 +10,15 @@ SELECT jobcap.cron_next('*/15 * * * *', '2026-12-01 15:07:30+00') AS every_15,
        jobcap.cron_next('0 0 13 * fri', '2026-12-01 00:00+00') AS the_13th_or_a_friday,
        jobcap.cron_next('@monthly', '2026-12-01 00:00+00') AS monthly,
        jobcap.cron_next('0 12 29 feb *', '2026-03-01 00:00+00') AS leap_day;
+-- Slots far apart, and the end of time: 29 February on a Sunday comes 40 years after 2088 (2100
+-- is not a leap year); past the last representable minute there is no next slot (NULL, not an
+-- error, so the schedules view still shows every row).
+SELECT jobcap.cron_next('0 0 29 2 */7', '2088-03-01 00:00+00') AS sunday_leap_day,
+       jobcap.cron_next('* * * * *', '294276-12-31 23:58:00+00') AS the_last_minute,
+       jobcap.cron_next('* * * * *', '294276-12-31 23:59:00+00') AS after_the_last,
+       jobcap.cron_next('@yearly', '294276-06-01 00:00+00') AS yearly_past_the_end,
+       jobcap.cron_next('* * * * *', 'infinity') AS after_infinity,
+       jobcap.cron_next('0 0 1 1 *', '-infinity') AS from_the_beginning;
 -- Bad expressions: 22023, saying what is wrong.
 \set VERBOSITY default
 SELECT jobcap.cron_next('61 * * * *', now());
@@ -67,6 +76,9 @@ SELECT jobcap.run_schedules() AS enqueued_after_replace;
 -- unschedule_job; dropping the queue drops its schedules.
 SELECT jobcap.unschedule_job('tick') AS removed, jobcap.unschedule_job('tick') AS removed_again;
 SELECT jobcap.schedule_job('daily', '@daily', 'periodic') IS NOT NULL AS scheduled;
+-- A schedule whose last slot is the end of time has no next run; the view still shows it.
+UPDATE jobcap.job_schedules SET last_slot = '294276-12-31 23:59:00+00' WHERE name = 'daily';
+SELECT name, next_run FROM jobcap.schedules;
 SELECT jobcap.drop_queue('periodic', force => true);
 SELECT count(*) AS schedules_left FROM jobcap.schedules;
 COMMIT;

@@ -1,6 +1,6 @@
 # jobcap.database = '*': the launcher serves every database that has the extension and keeps no
-# process in those that do not; CREATE EXTENSION is served at once; DROP DATABASE ... WITH (FORCE)
-# ends the reaper for good; a restarted launcher takes over its reapers without ever running two
+# process in those that do not; CREATE EXTENSION is served at once; DROP DATABASE (with or without
+# FORCE) ends the reaper for good; a restarted launcher takes over its reapers without ever running two
 # in one database.
 use strict;
 use warnings;
@@ -33,14 +33,20 @@ $node->safe_psql('b', q{
 });
 ok(defined wait_until_db($node, 'b', "SELECT state = 'pending' FROM jobcap.jobs"), 'b is reaped');
 
-# A served database cannot be dropped while its reaper is connected, except WITH (FORCE); then
-# the reaper is gone for good, without a FATAL loop.
-($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE a');
-like($err, qr/database "a" is being accessed by other users/, 'DROP DATABASE needs WITH (FORCE)');
+# A served database is dropped as any other: its reaper leaves first (DROP DATABASE counts the
+# database's sessions and fails after 5 s while one is connected). Then it is gone for good,
+# without a FATAL loop. The same WITH (FORCE).
 my $offset = -s $node->logfile;
-$node->safe_psql('postgres', 'DROP DATABASE a WITH (FORCE)');
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE a');
+is($err, '', 'DROP DATABASE of a served database succeeds');
+like(slurp_file($node->logfile, $offset), qr/stopping the jobcap reaper of database "a" for DROP DATABASE/,
+	'the log says why its reaper stopped');
+$node->safe_psql('postgres', 'CREATE DATABASE c');
+$node->safe_psql('c', 'CREATE EXTENSION jobcap');
+ok(defined wait_until($node, $reapers, 'b,c', 10), 'a new database c is served');
+$node->safe_psql('postgres', 'DROP DATABASE c WITH (FORCE)');
 sleep 6;    # past the launcher's 5 s restart wait
-is($node->safe_psql('postgres', $reapers), 'b', 'after DROP DATABASE ... WITH (FORCE) its reaper stays gone');
+is($node->safe_psql('postgres', $reapers), 'b', 'after DROP DATABASE (with and without FORCE) their reapers stay gone');
 is(count_log($node, qr/FATAL:  database .* does not exist/, $offset), 0, 'no FATAL loop');
 
 # The launcher terminated: it comes back, its old reaper leaves, the new launcher's reaper takes

@@ -1,8 +1,8 @@
 # Databases created, renamed and copied while the server runs (jobcap.database lists them):
 # a new listed database is served as soon as it exists, so CREATE EXTENSION there does not warn
 # and its jobs are reaped within one reap interval; the reaper gets out of the way of ALTER
-# DATABASE ... RENAME and CREATE DATABASE ... TEMPLATE (which have no FORCE) and comes back
-# after them; only a database no worker will serve gets the install warning.
+# DATABASE ... RENAME, CREATE DATABASE ... TEMPLATE and DROP DATABASE (with or without FORCE) and
+# comes back after the first two; only a database no worker will serve gets the install warning.
 use strict;
 use warnings;
 
@@ -84,6 +84,29 @@ like($err, qr/WARNING:  no jobcap background worker serves database "other"/,
 	'where no worker will serve, CREATE EXTENSION warns');
 ok(time - $start < 1.5, 'at once');
 is(count_log($node, qr/FATAL:  database .* does not exist/), 0, 'no FATAL for a renamed database');
+
+# DROP DATABASE: the reaper leaves instead of making it fail after 5 s (Django's and
+# pytest-django's test runners drop and create their test database again on every run).
+$offset = -s $node->logfile;
+$start = time;
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE app');
+is($err, '', 'DROP DATABASE of a served database succeeds');
+ok(time - $start < 3, sprintf('without waiting out the 5 s (%.1f s)', time - $start));
+like(slurp_file($node->logfile, $offset),
+	qr/stopping the jobcap reaper of database "app" for DROP DATABASE/,
+	'the log says why the reaper stopped');
+# Created again, as a test runner's second run does: served again. Its owner, no superuser,
+# drops it WITH (FORCE), which may not terminate a superuser's process: the reaper left first.
+$node->safe_psql('postgres', 'CREATE ROLE app_owner LOGIN CREATEDB; CREATE DATABASE app OWNER app_owner');
+$node->safe_psql('app', 'CREATE EXTENSION jobcap');
+ok(defined wait_until($node, $reaper_in->('app'), 't', 3), 'the new app is served at once');
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE app WITH (FORCE)',
+	extra_params => [ '-U', 'app_owner' ]);
+is($err, '', "its owner's DROP DATABASE ... WITH (FORCE) succeeds");
+sleep 6;    # past the launcher's 5 s restart wait
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity
+    WHERE backend_type = 'jobcap reaper' AND datname = 'app'"), '0', 'and no reaper comes back');
+is(count_log($node, qr/FATAL:  database .* does not exist/, $offset), 0, 'no FATAL loop');
 
 $node->stop;
 done_testing();

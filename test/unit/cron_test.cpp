@@ -36,10 +36,13 @@ std::int64_t at(int y, int mo, int d, int h, int mi)
     return days_from_civil(y, mo, d) * 1440 + h * 60 + mi;
 }
 
+// A limit far beyond every test's dates.
+constexpr std::int64_t kNoLimit = INT64_MAX / 2;
+
 std::int64_t next_of(const char* text, std::int64_t after)
 {
     std::int64_t next = -1;
-    EXPECT_TRUE(cron_next(parsed(text), after, &next)) << text;
+    EXPECT_TRUE(cron_next(parsed(text), after, kNoLimit, &next)) << text;
     return next;
 }
 
@@ -178,4 +181,35 @@ TEST(Cron, LatestSlot)
     EXPECT_EQ(slot, at(2026, 11, 30, 9, 0));
     EXPECT_FALSE(cron_latest(parsed("0 9 * * mon"), at(2026, 11, 30, 9, 0), now, &slot));
     EXPECT_FALSE(cron_latest(every_5, now, now, &slot));
+}
+
+TEST(Cron, RareDaysAcrossACenturyYear)
+{
+    // 29 February on a Sunday: 2088, then 2128 (2100 is not a leap year), 40 years apart.
+    EXPECT_EQ(next_of("0 0 29 2 */7", at(2088, 3, 1, 0, 0)), at(2128, 2, 29, 0, 0));
+    // The latest such slot, seen from a worker that last ran in 2088.
+    std::int64_t slot = -1;
+    EXPECT_TRUE(
+        cron_latest(parsed("0 0 29 2 */7"), at(2088, 2, 29, 0, 0), at(2128, 3, 1, 0, 0), &slot));
+    EXPECT_EQ(slot, at(2128, 2, 29, 0, 0));
+    // From the year 2000 (a century year that is a leap year): 2004.
+    EXPECT_EQ(next_of("0 0 29 2 */7", at(2000, 1, 1, 0, 0)), at(2004, 2, 29, 0, 0));
+    // Both day fields restricted: either matches, so the first Monday of February comes first.
+    EXPECT_EQ(next_of("0 0 29 feb mon", at(2096, 3, 1, 0, 0)), at(2097, 2, 4, 0, 0));
+}
+
+TEST(Cron, Limit)
+{
+    CronSpec every_minute = parsed("* * * * *");
+    std::int64_t t = at(2026, 12, 1, 15, 7);
+    std::int64_t next = -1;
+    // The limit itself may be the slot; nothing after it is.
+    EXPECT_TRUE(cron_next(every_minute, t, t + 1, &next));
+    EXPECT_EQ(next, t + 1);
+    EXPECT_FALSE(cron_next(every_minute, t, t, &next));
+    EXPECT_FALSE(cron_next(every_minute, t + 5, t, &next));
+    // A yearly slot past the limit is none, not a slot beyond it.
+    EXPECT_FALSE(cron_next(parsed("@yearly"), t, at(2026, 12, 31, 23, 59), &next));
+    EXPECT_TRUE(cron_next(parsed("@yearly"), t, at(2027, 1, 1, 0, 0), &next));
+    EXPECT_EQ(next, at(2027, 1, 1, 0, 0));
 }
