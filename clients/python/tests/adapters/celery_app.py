@@ -84,3 +84,13 @@ def sleepy(self, what, seconds):
 @app.task(bind=True, acks_late=False)
 def early_ack(self, what):
     record(self.request, what)
+
+
+@app.task(bind=True)
+def marked(self, what, seconds):
+    """Says it started (outside any fence), works for a while, then records under its fence."""
+    with psycopg.connect(CONNINFO, autocommit=True) as conn:
+        conn.execute("INSERT INTO effects (job_id, fence, attempt, what) VALUES (%s, %s, %s, %s)",
+                     (*fence_of(self.request), self.request.jobcap_attempt, what + " started"))
+    time.sleep(seconds)
+    record(self.request, what)

@@ -242,6 +242,26 @@ class CeleryScenarioTest(unittest.TestCase):
             sql("SELECT jobcap.complete_job(%s, %s)", (job_id, fence))
         self.assertEqual(caught.exception.sqlstate, "JC001")
 
+    def test_warm_shutdown_acks_what_finished(self):
+        # SIGTERM while two tasks run: Celery waits for them (warm shutdown); each is
+        # completed at attempt 1 and a worker started afterwards runs neither again.
+        first = self.start(concurrency=2, prefetch=1, lease=3, name="warm")
+        tasks = [celery_app.marked.delay(f"warm{i}", 2.0) for i in range(2)]
+        job_ids = [wait_for(lambda t=t: job_of(t.id)) for t in tasks]
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what LIKE '%% started'", (job_ids,))[0][0] == 2, timeout=30)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0, first.output()[-3000:])
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3), first.output()[-3000:])
+        self.start(concurrency=2, prefetch=1, lease=3, name="after-warm")
+        time.sleep(3 * 2)   # longer than the lease: a lapsed one would have been re-run
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3))
+            self.assertEqual(history(job_id), [])
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)", (job_ids,)),
+                         [(4,)])
+
     def test_broker_restart(self):
         w = self.start(concurrency=2, prefetch=1, name="restart")
         before = [celery_app.ok.delay(f"before{i}") for i in range(3)]
