@@ -160,6 +160,29 @@ class _Heartbeats:
 
 _heartbeats = _Heartbeats()
 
+
+class _Lapsed:
+    """Messages whose leases this process let lapse, by delivery tag, the newest kept."""
+
+    limit = 10000
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: Dict[str, _Held] = {}
+
+    def put(self, tag: str, held: _Held) -> None:
+        with self.lock:
+            self.held[tag] = held
+            while len(self.held) > self.limit:
+                del self.held[next(iter(self.held))]
+
+    def pop(self, tag: str) -> Optional[_Held]:
+        with self.lock:
+            return self.held.pop(tag, None)
+
+
+_lapsed = _Lapsed()
+
 # Connections a forked process inherited (Celery's prefork pool): never used there, and never
 # finalized, since closing one would end the parent's session on the shared socket.
 _INHERITED: list = []
@@ -198,6 +221,7 @@ class QoS(virtual.QoS):
         else:
             self.channel._give_up(delivery_tag)
         self._quick_ack(delivery_tag)
+        self.channel.connection.wake()
 
     def restore_unacked(self):
         self._flush()
@@ -397,8 +421,9 @@ class Channel(virtual.Channel):
     # --- settle -----------------------------------------------------------------------------------
 
     def basic_ack(self, delivery_tag, multiple=False):
-        held = _heartbeats.pop(delivery_tag)
+        held = _heartbeats.pop(delivery_tag) or _lapsed.pop(delivery_tag)
         super().basic_ack(delivery_tag, multiple)
+        self.connection.wake()
         if held is None:
             return
         try:
@@ -413,7 +438,7 @@ class Channel(virtual.Channel):
 
     def _give_up(self, delivery_tag, reason="rejected without requeue (Celery: the task failed "
                                              "or exceeded its hard time limit)"):
-        held = _heartbeats.pop(delivery_tag)
+        held = _heartbeats.pop(delivery_tag) or _lapsed.pop(delivery_tag)
         if held is None:
             return
         try:
@@ -428,8 +453,12 @@ class Channel(virtual.Channel):
     def _lapse(self, delivery_tag, why):
         held = _heartbeats.pop(delivery_tag)
         if held is not None:
+            # A task may still be running (a connection was lost, not the pool): its ack then
+            # still completes the job while the fence is current.
+            _lapsed.put(delivery_tag, held)
             log.info("job %s (%s): its lease lapses and the reaper counts the attempt",
                      held.job_id, why)
+        self.connection.wake()
 
     def basic_recover(self, requeue=False):
         return self.qos.restore_unacked()
@@ -506,12 +535,89 @@ class Transport(virtual.Transport):
         psycopg.OperationalError, psycopg.InterfaceError)
     channel_errors = virtual.Transport.channel_errors
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False)
+        asynchronous=True, exchange_type=frozenset(["direct"]), heartbeats=False)
+
+    #: Most messages one poll of the event loop delivers before it lets the loop run again.
+    deliveries_per_poll = 100
 
     def __init__(self, client, **kwargs):
         super().__init__(client, **kwargs)
         options = client.transport_options
         self.conninfo = options.get("conninfo") or _conninfo_of(client)
+        self._hub = None
+        self._timer = None
+        self._wake_r = self._wake_w = -1
+        self._wake_pending = False
+
+    # --- Celery's event loop ----------------------------------------------------------------------
+    #
+    # Celery runs a transport that says it is asynchronous in its event loop (the hub), where
+    # settling is done by callbacks the loop runs soon after a task finishes, also while a warm
+    # shutdown waits for the pool (the hub runs the pending ones as it closes). In the blocking
+    # loop that Celery uses otherwise, an ack waits in a list that only the next turn of that
+    # loop runs: up to two seconds after the task finished, and never once a warm shutdown has
+    # begun, so the finished tasks' leases lapsed and they ran again.
+    #
+    # The loop has no file descriptor to wait on for a table, so it polls: on a timer every
+    # polling_interval, and at once when a settled message frees a prefetch slot (a byte on a
+    # pipe that the loop watches).
+
+    def register_with_event_loop(self, connection, loop):
+        self._unregister()
+        self._hub = loop
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        loop.add_reader(self._wake_r, self._on_wake)
+        self._timer = loop.call_repeatedly(self.polling_interval, self._poll_once)
+        self.wake()
+
+    def wake(self) -> None:
+        """Polls again at the next turn of the event loop (no-op without one)."""
+        if self._wake_w < 0 or self._wake_pending:
+            return
+        self._wake_pending = True
+        try:
+            os.write(self._wake_w, b"w")
+        except OSError:   # full (a wake is pending anyway) or closed
+            pass
+
+    def _on_wake(self) -> None:
+        self._wake_pending = False
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except OSError:
+            pass
+        self._poll_once()
+
+    def _poll_once(self) -> None:
+        for _ in range(self.deliveries_per_poll):
+            try:
+                self.cycle.get(self._deliver)
+            except Empty:
+                return
+        self.wake()   # more may be waiting: let the loop run, then go on
+
+    def _unregister(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        hub, self._hub = self._hub, None
+        r, w = self._wake_r, self._wake_w
+        self._wake_r = self._wake_w = -1
+        if r >= 0:
+            if hub is not None:
+                try:
+                    hub.remove_reader(r)
+                except Exception:   # the hub was reset or closed already
+                    pass
+            os.close(r)
+            os.close(w)
+
+    def close_connection(self, connection):
+        self._unregister()
+        return super().close_connection(connection)
 
     def driver_version(self):
         return psycopg.__version__
