@@ -38,6 +38,8 @@ does in jobcap:
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import logging
 import os
@@ -392,10 +394,12 @@ class Channel(virtual.Channel):
                                         _interval(self.visibility_timeout))).fetchone()
             if row is None:
                 raise Empty()
-            wrong = _wrong_task_settings(row[4])
-            if not wrong:
+            wrong = _not_a_message(row[4])
+            if wrong is None:
+                wrong = "; ".join(_wrong_task_settings(row[4])) or None
+            if wrong is None:
                 return self._deliver_row(queue, row)
-            reason = "refused by the jobcap transport: " + "; ".join(wrong)
+            reason = "refused by the jobcap transport: " + wrong
             log.error("job %s: %s", row[0], reason)
             _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
                     (row[0], row[1], reason))
@@ -495,6 +499,82 @@ _REQUIRED = (("task_acks_late", True, "a task acked before it runs is completed 
 def _wrong_settings(conf) -> list:
     return [f"{name} must be {want} ({why})" for name, want, why in _REQUIRED
             if bool(conf.get(name)) != want]
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "JSON null"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, (int, float)):
+        return "a JSON number"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, list):
+        return "a JSON array"
+    return "a JSON object"
+
+
+_SHAPE = ("a kombu message is an object with body (a string), content-type, headers and "
+          "properties; Celery publishes them with task.delay() or apply_async()")
+
+
+def _not_a_message(payload) -> Optional[str]:
+    """Why a job's payload cannot be delivered as a kombu message (for a Celery worker, as a
+    task message it accepts), or None. Checked before delivery: kombu and Celery fail on such
+    a message outside any handler (Celery's worker stops, or acks it as done)."""
+    if not isinstance(payload, dict):
+        return f"not a kombu message: the payload is {_json_kind(payload)} ({_SHAPE})"
+    missing = [k for k in ("body", "content-type", "properties") if k not in payload]
+    if missing:
+        return ("not a kombu message: the payload has no " + ", ".join(missing)
+                + f" ({_SHAPE})")
+    body, props = payload["body"], payload["properties"]
+    headers = payload.get("headers")
+    content_type = payload["content-type"]
+    if not isinstance(body, str):
+        return f"not a kombu message: its body is {_json_kind(body)}, not a string"
+    if not isinstance(props, dict):
+        return f"not a kombu message: its properties are {_json_kind(props)}, not an object"
+    if headers is not None and not isinstance(headers, dict):
+        return f"not a kombu message: its headers are {_json_kind(headers)}, not an object"
+    if content_type is not None and not isinstance(content_type, str):
+        return f"not a kombu message: its content-type is {_json_kind(content_type)}"
+    encoding = props.get("body_encoding")
+    raw = body.encode()
+    if encoding == "base64":
+        try:
+            raw = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as error:
+            return f"not a kombu message: its body is not base64 (body_encoding base64): {error}"
+    elif encoding is not None:
+        return f"not a kombu message: unknown body_encoding {encoding!r} (base64 or none)"
+    app = _celery_worker_app()
+    if app is None:
+        return None
+    accept = _accepted(app)
+    if content_type not in accept:
+        return (f"content type {content_type!r} is not in this worker's accept_content "
+                f"({', '.join(sorted(accept))})")
+    decoded = None
+    if content_type == "application/json":
+        try:
+            decoded = kombu_loads(raw.decode(payload.get("content-encoding") or "utf-8"))
+        except (ValueError, LookupError) as error:
+            return f"its body does not decode as {content_type}: {error}"
+    headers = headers or {}
+    if "task" in headers:
+        if not isinstance(headers["task"], str) or not isinstance(headers.get("id"), str):
+            return "not a Celery task message: its task and id headers must be strings"
+    elif not (isinstance(decoded, dict) and isinstance(decoded.get("task"), str)):
+        return ("not a Celery task message: no task name in its headers (protocol 2) nor in "
+                "its body (protocol 1)")
+    return None
+
+
+def _accepted(app) -> frozenset:
+    from kombu.serialization import prepare_accept_content
+    return frozenset(prepare_accept_content(app.conf.accept_content or ["json"]))
 
 
 def _wrong_task_settings(payload) -> list:

@@ -192,6 +192,77 @@ class CeleryWorkerTest(unittest.TestCase):
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,)), [(0,)])
 
 
+def enqueue(payload, queue="celery"):
+    """A job put on a Celery queue by something other than Celery (SQL, a scheduler)."""
+    if not sql("SELECT 1 FROM jobcap.queues WHERE queue = %s", (queue,)):
+        # as the transport creates it (celery_app's transport options)
+        sql("SELECT jobcap.create_queue(%s, 3, '3 s', '0', '0')", (queue,))
+    return sql("SELECT jobcap.enqueue_job(%s, %s::jsonb)", (queue, payload))[0][0]
+
+
+def kombu_message(body, content_type="application/json", headers=None, encoding="base64"):
+    """A kombu message as the transport stores it, with a body of our choosing."""
+    import base64
+    import json
+    raw = base64.b64encode(body.encode()).decode() if encoding == "base64" else body
+    return json.dumps({"body": raw, "content-type": content_type, "content-encoding": "utf-8",
+                       "headers": headers if headers is not None else {
+                           "id": "foreign-1", "task": "celery_app.ok", "retries": 0},
+                       "properties": {"body_encoding": encoding, "priority": 0,
+                                      "delivery_info": {"exchange": "", "routing_key": "celery"}}})
+
+
+class ForeignPayloadTest(unittest.TestCase):
+    """Jobs on a Celery queue that Celery did not publish: each is dead at once with the reason,
+    the worker keeps running, and a good task beside them runs."""
+
+    CASES = {
+        "empty object": ("{}", "not a kombu message"),
+        "plain object": ('{"a": 1}', "not a kombu message"),
+        "schedule_job payload": ('{"task": "celery_app.ok", "args": ["scheduled"]}',
+                                 "not a kombu message"),
+        "array": ("[1, 2]", "a JSON array"),
+        "string": ('"text"', "a JSON string"),
+        "number": ("42", "a JSON number"),
+        "null": ("null", "JSON null"),
+        "body not a string": ('{"body": 5, "content-type": "application/json",'
+                              ' "content-encoding": "utf-8", "headers": {}, "properties": {}}',
+                              "body"),
+        "headers not an object": ('{"body": "", "content-type": "application/json",'
+                                  ' "content-encoding": "utf-8", "headers": [1],'
+                                  ' "properties": {}}', "headers"),
+        "bad base64": (kombu_message("", encoding="base64").replace('"body": ""',
+                                                                     '"body": "%%%"'),
+                       "base64"),
+        "body not JSON": (kombu_message("not json"), "does not decode"),
+        "no task name": (kombu_message('[["x"], {}, {}]', headers={"id": "foreign-2"}),
+                         "no task name"),
+        "pickle not accepted": (kombu_message("x", content_type="application/x-python-serialize"),
+                                "accept_content"),
+    }
+
+    def test_foreign_payloads_are_dead_with_the_reason_and_the_worker_runs_on(self):
+        job_ids = {name: enqueue(payload) for name, (payload, _) in self.CASES.items()}
+        good = celery_app.ok.delay("beside the foreign ones")
+        worker = Worker(concurrency=2, name="foreign")
+        try:
+            good_id = wait_for(lambda: job_of(good.id))
+            wait_for(lambda: all(state(j)[0] in ("dead", "succeeded")
+                                 for j in list(job_ids.values()) + [good_id]), timeout=30,
+                     what="every job settled")
+            for name, job_id in job_ids.items():
+                with self.subTest(name):
+                    self.assertEqual(state(job_id), ("dead", 1, 1))
+                    (attempt, kind, error), = history(job_id)
+                    self.assertIn("refused by the jobcap transport", error)
+                    self.assertIn(self.CASES[name][1], error)
+            self.assertEqual(state(good_id), ("succeeded", 1, 3))
+            self.assertIsNone(worker.proc.poll(), worker.output()[-3000:])
+            self.assertNotIn("Unrecoverable error", worker.output())
+        finally:
+            worker.stop()
+
+
 class CeleryScenarioTest(unittest.TestCase):
     """Each test runs its own workers on its own jobs (the class above has stopped by then)."""
 

@@ -187,6 +187,19 @@ class KombuTest(unittest.TestCase):
         m.ack()   # the running one settles normally
         self.assertEqual(job(m.headers["jobcap_job_id"])[0], "succeeded")
 
+    def test_foreign_payloads_are_dead_and_the_next_message_comes(self):
+        self.queue.put({"warm": "up"})   # declares (creates) the queue
+        self.queue.get(timeout=5).ack()
+        foreign = [sql("SELECT jobcap.enqueue_job(%s, %s::jsonb)", (self.queue_name, p))[0][0]
+                   for p in ("{}", "[1]", '{"body": 1, "content-type": "x", "properties": {}}')]
+        self.queue.put({"good": True})
+        m = self.queue.get(timeout=5)
+        self.assertEqual(m.payload, {"good": True})
+        m.ack()
+        for job_id in foreign:
+            self.assertEqual(job(job_id), ("dead", 1, 1))
+            self.assertIn("not a kombu message", kinds(job_id)[0][2])
+
     def test_no_ack_consumers_are_refused(self):
         with self.assertRaises(ValueError):
             self.queue.consumer.channel.basic_consume(self.queue_name, True, lambda m: None,
