@@ -87,11 +87,12 @@ def _is_stale(error: BaseException) -> bool:
 class _Held:
     """A delivered, unsettled message: its job, fence and where to reach the database."""
 
-    __slots__ = ("job_id", "fence", "queue", "conninfo", "lease")
+    __slots__ = ("job_id", "fence", "queue", "conninfo", "lease", "task_id")
 
-    def __init__(self, job_id: int, fence: int, queue: str, conninfo: str, lease: float):
+    def __init__(self, job_id: int, fence: int, queue: str, conninfo: str, lease: float,
+                 task_id: Optional[str] = None):
         self.job_id, self.fence, self.queue = job_id, fence, queue
-        self.conninfo, self.lease = conninfo, lease
+        self.conninfo, self.lease, self.task_id = conninfo, lease, task_id
 
 
 class _Heartbeats:
@@ -124,6 +125,14 @@ class _Heartbeats:
     def pop(self, tag: str) -> Optional[_Held]:
         with self.lock:
             return self.held.pop(tag, None)
+
+    def pop_task(self, task_id: str) -> Optional[_Held]:
+        """The held message of a Celery task, by its id (the parent process has no request)."""
+        with self.lock:
+            for tag, held in self.held.items():
+                if held.task_id == task_id:
+                    return self.held.pop(tag)
+        return None
 
     def _conn(self, conninfo: str) -> psycopg.Connection:
         conn = self.conns.get(conninfo)
@@ -419,7 +428,7 @@ class Channel(virtual.Channel):
             headers["retries"] = attempt - 1
         message["redelivered"] = attempt > 1
         _heartbeats.add(tag, _Held(job_id, fence, queue, self._conninfo,
-                                   float(self.visibility_timeout)))
+                                   float(self.visibility_timeout), headers.get("id")))
         return message
 
     # --- settle -----------------------------------------------------------------------------------
@@ -724,12 +733,37 @@ def _conninfo_of(client) -> str:
     return psycopg.conninfo.make_conninfo(**parts)
 
 
-def _on_task_failure(sender=None, exception=None, **kwargs):
-    """Celery's task_failure, in the process that ran the task: give up with the error's text.
+def _on_task_failure(sender=None, exception=None, task_id=None, **kwargs):
+    """Celery's task_failure: settle the job with the failure's own text.
 
-    Celery then rejects the message without requeue; the job is dead already, so that reject
-    finds a stale fence and changes nothing. Without this the reason would only say "rejected".
+    Celery then rejects the message without requeue; the job is settled already, so that
+    reject finds a stale fence (or no message held) and changes nothing. Without this the
+    reason would only say "rejected".
+
+    A task that raised: given up (a failure is final in Celery), in the process that ran it.
+    A time limit is a counted attempt, retried until the cap, as a SIGKILL is: the hard one
+    (Celery killed the pool process; reported in the worker's main process, which holds the
+    message) with crash_job, the soft one (raised in the task) with fail_job.
     """
+    try:
+        from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+    except ImportError:
+        return
+    if isinstance(exception, TimeLimitExceeded) and task_id is not None:
+        held = _heartbeats.pop_task(task_id)
+        if held is None:
+            return
+        limit = exception.args[0] if exception.args else "?"
+        reason = (f"time limit: hard time limit ({_seconds(limit)}) exceeded; Celery killed "
+                  "the task's process")
+        try:
+            state = _settle(held.conninfo, "SELECT jobcap.crash_job(%s, %s, %s)::text",
+                            (held.job_id, held.fence, reason))[0]
+            log.info("job %s: %s; now %s", held.job_id, reason, state)
+        except psycopg.Error as error:
+            if not _is_stale(error):
+                log.warning("job %s: could not record its time limit: %s", held.job_id, error)
+        return
     request = getattr(sender, "request", None)
     if request is None or getattr(request, "jobcap_job_id", None) is None:
         return
@@ -740,14 +774,28 @@ def _on_task_failure(sender=None, exception=None, **kwargs):
         return
     if not conninfo:
         return
-    reason = f"{type(exception).__name__}: {exception}"
+    if isinstance(exception, SoftTimeLimitExceeded):
+        limit = (getattr(request, "timelimit", None) or (None, None))[1]
+        if limit is None:
+            limit = getattr(sender, "soft_time_limit", None)
+        query = "SELECT jobcap.fail_job(%s, %s, %s)::text"
+        reason = f"time limit: soft time limit ({_seconds(limit)}) exceeded"
+    else:
+        query = "SELECT jobcap.give_up_job(%s, %s, %s)::text"
+        reason = f"{type(exception).__name__}: {exception}"
     try:
-        _settle(conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
-                (*fence_of(request), reason))
+        _settle(conninfo, query, (*fence_of(request), reason))
     except psycopg.Error as error:
         if not _is_stale(error):
             log.warning("job %s: could not record its failure: %s", request.jobcap_job_id,
                         error)
+
+
+def _seconds(limit) -> str:
+    try:
+        return f"{float(limit):g} s"
+    except (TypeError, ValueError):
+        return "its limit"
 
 
 def _connect_celery_signals() -> None:

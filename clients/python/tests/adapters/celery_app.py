@@ -66,6 +66,11 @@ def slow(self, what):
     time.sleep(30)
 
 
+@app.task(bind=True, soft_time_limit=0.5)
+def soft(self, what):
+    time.sleep(30)
+
+
 @app.task(bind=True)
 def suicide(self, what):
     """The corrupt file: its decoder process is SIGKILLed on every attempt."""

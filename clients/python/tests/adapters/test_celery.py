@@ -150,12 +150,26 @@ class CeleryWorkerTest(unittest.TestCase):
                              " = 'celery_app.flaky' AND job_id <> %s AND state <> 'succeeded'",
                              (job_id,)), [(0,)])
 
-    def test_time_limit_exceeded(self):
-        # Celery kills the pool process and reports TimeLimitExceeded, a final failure: dead now,
-        # never completed; the history says why.
-        job_id = self.settled(celery_app.slow.delay("stuck"), timeout=30)
-        self.assertEqual(state(job_id), ("dead", 1, 1))
-        self.assertIn("time limit", history(job_id)[-1][2])
+    def test_hard_time_limit_is_a_counted_attempt_retried_until_the_cap(self):
+        # Celery kills the pool process at the hard limit, as the postmortem's timeout did: each
+        # time counts as an attempt, retried until the cap (as a SIGKILL is), never completed;
+        # the history says "time limit" at each attempt.
+        job_id = self.settled(celery_app.slow.delay("stuck"), timeout=40)
+        self.assertEqual(state(job_id), ("dead", 3, 3))
+        rows = history(job_id)
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "crashed"), (2, "crashed"),
+                                                        (3, "crashed")])
+        for _, _, error in rows:
+            self.assertIn("hard time limit (1 s) exceeded", error)
+
+    def test_soft_time_limit_is_a_counted_attempt_retried_until_the_cap(self):
+        job_id = self.settled(celery_app.soft.delay("slowish"), timeout=40)
+        self.assertEqual(state(job_id), ("dead", 3, 3))
+        rows = history(job_id)
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "error"), (2, "error"),
+                                                        (3, "error")])
+        for _, _, error in rows:
+            self.assertIn("soft time limit (0.5 s) exceeded", error)
 
     def test_child_sigkilled_every_attempt_dies_at_its_cap(self):
         job_id = self.settled(celery_app.suicide.delay("corrupt.mp4"), timeout=60)
