@@ -44,11 +44,13 @@ import datetime as dt
 import logging
 import os
 import threading
+import weakref
 from queue import Empty
 from typing import Any, Dict, Optional, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
+from kombu import serialization as kombu_serialization
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps as kombu_dumps, loads as kombu_loads
 
@@ -299,7 +301,12 @@ class Channel(virtual.Channel):
     # --- queues ---------------------------------------------------------------------------------
 
     def _new_queue(self, queue, **kwargs):
-        if queue in self._known_queues or not self.create_queues:
+        if queue in self._known_queues:
+            return
+        refused = _unsupported_queue(queue)
+        if refused:
+            raise Unsupported(refused)
+        if not self.create_queues:
             return
         try:
             self._execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s)",
@@ -323,7 +330,14 @@ class Channel(virtual.Channel):
     def _purge(self, queue):
         total = 0
         while True:
-            n = self._execute("SELECT jobcap.purge_pending(%s, 1000)", (queue,)).fetchone()[0]
+            try:
+                n = self._execute("SELECT jobcap.purge_pending(%s, 1000)",
+                                  (queue,)).fetchone()[0]
+            except psycopg.errors.InsufficientPrivilege as error:
+                raise PermissionError(
+                    f"jobcap: purging queue {queue!r} deletes its pending jobs with "
+                    "jobcap.purge_pending, which needs a role with jobcap_operator (this "
+                    f"role may not: {error.diag.message_primary})") from error
             total += n
             if n < 1000:
                 return total
@@ -332,6 +346,54 @@ class Channel(virtual.Channel):
         # Dropping a jobcap queue loses its history: that is an operator's decision, not a side
         # effect of a consumer's queue_delete.
         pass
+
+    def basic_publish(self, message, exchange, routing_key, **kwargs):
+        if exchange and self.typeof(exchange).type != "direct":
+            return self._broadcast(message, exchange)
+        return super().basic_publish(message, exchange, routing_key, **kwargs)
+
+    def _broadcast(self, message, exchange):
+        """A message to a fanout or topic exchange: no queue of another process can be bound
+        to one here, so only Celery's revoke has a meaning (cancel the job); other remote
+        control commands are refused, and events, which only monitors bind to, are dropped,
+        as a broker drops a message that no queue is bound for."""
+        if not exchange.endswith(".pidbox"):
+            return None
+        try:
+            command = kombu_serialization.loads(message.get("body"), message.get("content-type"),
+                                                message.get("content-encoding"))
+        except Exception:   # not Celery's: refused below all the same
+            command = {}
+        method = command.get("method") if isinstance(command, dict) else None
+        if method == "revoke":
+            return self._revoke((command.get("arguments") or {}).get("task_id"))
+        raise Unsupported(
+            f"jobcap: Celery remote control ({method or 'a broadcast'}: celery inspect, "
+            "celery control, app.control) needs a broadcast exchange, which the jobcap transport "
+            "does not have. revoke() works: it cancels the task's job (jobcap.cancel_job). "
+            "Watch queues with the views jobcap.queue_stats and jobcap.dead_jobs.")
+
+    def _revoke(self, task_ids) -> int:
+        """Celery's revoke: cancel the jobs of these task ids (pending ones never run; a
+        running one is refused at its next fenced call, its completion included)."""
+        if isinstance(task_ids, str):
+            task_ids = [task_ids]
+        task_ids = [t for t in task_ids or () if isinstance(t, str)]
+        if not task_ids:
+            return 0
+        try:
+            rows = self._execute(
+                "SELECT j.job_id, jobcap.cancel_job(j.job_id) FROM jobcap.jobs j"
+                " WHERE j.state IN ('pending', 'running')"
+                "   AND j.payload->'headers'->>'id' = ANY(%s)", (task_ids,)).fetchall()
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise PermissionError(
+                "jobcap: revoke() cancels the task's job with jobcap.cancel_job, which needs a "
+                "role with jobcap_operator (this role may not: "
+                f"{error.diag.message_primary})") from error
+        cancelled = [job_id for job_id, done in rows if done]
+        log.info("revoke %s: cancelled job(s) %s", ", ".join(task_ids), cancelled or "none")
+        return len(cancelled)
 
     def _lookup(self, exchange, routing_key, default=None):
         # Direct routing needs no binding table shared between processes: an undeclared binding
@@ -349,7 +411,8 @@ class Channel(virtual.Channel):
         headers = message.get("headers") or {}
         current = _current_task_request()
         if current is not None and headers.get("id") and headers.get("id") == getattr(
-                current, "id", None) and getattr(current, "jobcap_job_id", None) is not None:
+                current, "id", None) and getattr(current, "jobcap_job_id", None) is not None \
+                and not _internal_task(headers.get("task")):
             return self._retry_current(current, message, headers)
         props = message.get("properties") or {}
         priority = -int(props.get("priority") or 0)
@@ -387,14 +450,16 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
         if no_ack:
-            raise ValueError("jobcap: consuming with no_ack would complete each job before it "
-                             "runs; consume with acknowledgements (Celery: task_acks_late=True)")
+            refused = _unsupported_queue(queue)
+            raise Unsupported(refused or (
+                f"jobcap: a consumer of queue {queue!r} with no_ack=True (automatic "
+                "acknowledgement) would complete each job as it is delivered, before its work "
+                "ran: consume with no_ack=False and ack each message after its work"))
         app = _celery_worker_app()
         if app is not None:
             wrong = _wrong_settings(app.conf)
             if wrong:
-                raise RuntimeError("jobcap: Celery settings that would turn failures into "
-                                   "successes or lose attempts: " + "; ".join(wrong))
+                raise Unsupported(_refusal(wrong))
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
 
     def _get(self, queue, timeout=None):
@@ -506,8 +571,73 @@ _REQUIRED = (("task_acks_late", True, "a task acked before it runs is completed 
 
 
 def _wrong_settings(conf) -> list:
-    return [f"{name} must be {want} ({why})" for name, want, why in _REQUIRED
-            if bool(conf.get(name)) != want]
+    wrong = [f"{name} must be {want} ({why})" for name, want, why in _REQUIRED
+             if bool(conf.get(name)) != want]
+    if conf.get("worker_enable_remote_control"):
+        wrong.append("worker_enable_remote_control must be False (celery inspect and celery "
+                     "control need a broadcast exchange, which the jobcap transport does not "
+                     "have; revoke() works without it: it cancels the job in the database)")
+    controller = _worker_controller()
+    events = getattr(controller, "task_events", None)
+    if events is None:
+        events = conf.get("worker_send_task_events")
+    if events:
+        wrong.append("worker_send_task_events must be False and the worker run without -E "
+                     "(Celery's task events go to a topic exchange that only monitors bind to; "
+                     "celery events and flower cannot receive them on jobcap)")
+    return wrong
+
+
+_worker_ref = None
+
+
+def _worker_controller():
+    """The Celery WorkController of this process (for its -E flag), if one started."""
+    return _worker_ref() if _worker_ref is not None else None
+
+
+def _on_worker_init(sender=None, **kwargs):
+    """A Celery worker on this transport starts: refuse it now, with every setting to change,
+    when its settings cannot work. (basic_consume checks again; a refusal there ends the worker
+    too, but Celery's command then exits with status 0.)"""
+    global _worker_ref
+    try:
+        _worker_ref = weakref.ref(sender)
+    except TypeError:
+        _worker_ref = None
+    app = getattr(sender, "app", None)
+    conninfo = getattr(sender, "_conninfo", None)
+    if app is None or not isinstance(getattr(conninfo, "transport", None), Transport):
+        return
+    wrong = _wrong_settings(app.conf)
+    if wrong:
+        raise SystemExit(_refusal(wrong))
+
+
+def _refusal(wrong: list) -> str:
+    return ("jobcap: Celery settings the jobcap transport cannot work with:\n  - "
+            + "\n  - ".join(wrong))
+
+
+class Unsupported(NotImplementedError):
+    """A kombu or Celery feature that the jobcap transport cannot provide, with what to do."""
+
+
+def _unsupported_queue(queue: str) -> Optional[str]:
+    """Why a queue of this name cannot work on jobcap (Celery's monitors and remote control
+    declare queues bound to broadcast exchanges and consume them without acks), or None."""
+    if queue.endswith(".pidbox"):
+        return ("jobcap: Celery remote control (celery inspect, celery control, app.control "
+                f"with replies; queue {queue!r}) needs a broadcast exchange, which the jobcap "
+                "transport does not have. revoke() works: it cancels the task's job "
+                "(jobcap.cancel_job). Watch queues with the views jobcap.queue_stats and "
+                "jobcap.dead_jobs.")
+    if queue.startswith("celeryev."):
+        return ("jobcap: Celery's events (celery events, flower; queue "
+                f"{queue!r}) need a topic exchange that the worker's events reach, which the "
+                "jobcap transport does not have. Watch queues with the views jobcap.queue_stats "
+                "and jobcap.dead_jobs.")
+    return None
 
 
 def _json_kind(value) -> str:
@@ -599,6 +729,13 @@ def _wrong_task_settings(payload) -> list:
              "task_acks_on_failure_or_timeout": "acks_on_failure_or_timeout"}
     return [f"task {name}: {attrs[n]} must be {want} ({why})" for n, want, why in _REQUIRED
             if bool(getattr(task, attrs[n], None)) != want]
+
+
+def _internal_task(name) -> bool:
+    """Celery's own tasks (celery.chord_unlock and the like) retry to wait for something, not
+    because they failed: their retries are new messages (the job that retried is completed),
+    so waiting never uses up a cap."""
+    return isinstance(name, str) and name.startswith("celery.")
 
 
 def _current_task_request():
@@ -805,6 +942,8 @@ def _connect_celery_signals() -> None:
         return
     signals.task_failure.connect(_on_task_failure, weak=False,
                                  dispatch_uid="jobcap.contrib.kombu.task_failure")
+    signals.worker_init.connect(_on_worker_init, weak=False,
+                                dispatch_uid="jobcap.contrib.kombu.worker_init")
 
 
 def register(alias: str = "jobcap") -> None:

@@ -20,16 +20,16 @@ app.conf.update(
     broker_transport_options={
         "conninfo": CONNINFO, "visibility_timeout": float(os.environ.get("JOBCAP_TEST_LEASE", 3)),
         "max_attempts": 3, "backoff_base": 0, "backoff_max": 0, "polling_interval": 0.1},
-    task_acks_late=True,
+    task_acks_late=not os.environ.get("JOBCAP_TEST_ACKS_EARLY"),
     task_reject_on_worker_lost=True,
     task_acks_on_failure_or_timeout=False,
     worker_prefetch_multiplier=int(os.environ.get("JOBCAP_TEST_PREFETCH", 1)),
-    worker_enable_remote_control=False,
+    worker_enable_remote_control=bool(os.environ.get("JOBCAP_TEST_REMOTE_CONTROL")),
     worker_send_task_events=False,
+    result_backend=os.environ.get("JOBCAP_TEST_RESULTS", "disabled://"),
     task_default_queue="celery",
     broker_connection_retry=True,
     broker_connection_max_retries=None,
-    broker_pool_limit=1,
 )
 
 
@@ -99,3 +99,8 @@ def marked(self, what, seconds):
                      (*fence_of(self.request), self.request.jobcap_attempt, what + " started"))
     time.sleep(seconds)
     record(self.request, what)
+
+
+@app.task(bind=True)
+def chord_done(self, results):
+    record(self.request, "chord done: " + ",".join(sorted(map(str, results))))

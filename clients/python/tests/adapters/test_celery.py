@@ -28,6 +28,9 @@ def setUpModule():
                 " at timestamptz DEFAULT clock_timestamp())")
     os.environ["JOBCAP_TEST_CONNINFO"] = server.conninfo
     os.environ["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "..", ".."), HERE])
+    results = os.path.join(server.dir, "results")
+    os.mkdir(results)
+    os.environ["JOBCAP_TEST_RESULTS"] = "file://" + results
     import celery_app as app  # reads JOBCAP_TEST_CONNINFO
     celery_app = app
 
@@ -50,14 +53,15 @@ class Worker:
 
     all = []
 
-    def __init__(self, concurrency=2, prefetch=1, lease=3, name="w"):
+    def __init__(self, concurrency=2, prefetch=1, lease=3, name="w", flags=(
+            "--without-gossip", "--without-mingle", "--without-heartbeat"), env=None):
         Worker.all.append(self)
-        env = dict(os.environ, JOBCAP_TEST_PREFETCH=str(prefetch), JOBCAP_TEST_LEASE=str(lease))
+        env = dict(os.environ, JOBCAP_TEST_PREFETCH=str(prefetch), JOBCAP_TEST_LEASE=str(lease),
+                   **(env or {}))
         self.log = open(os.path.join(server.dir, f"celery-{name}-{time.time():.0f}.log"), "w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork",
-             "-c", str(concurrency), "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-l", "info", "-n", f"{name}@%h"],
+             "-c", str(concurrency), *flags, "-l", "info", "-n", f"{name}@%h"],
             cwd=HERE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True)
 
@@ -346,6 +350,83 @@ class CeleryScenarioTest(unittest.TestCase):
             self.assertEqual(history(job_id), [])
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)", (job_ids,)),
                          [(4,)])
+
+    def test_revoke_cancels_a_waiting_task(self):
+        result = celery_app.ok.apply_async(("revoked while waiting",), countdown=3)
+        job_id = wait_for(lambda: job_of(result.id))
+        self.start(concurrency=2, name="revoke")
+        result.revoke()
+        self.assertEqual(state(job_id)[0], "cancelled")
+        time.sleep(4)   # past its countdown: nobody runs it
+        self.assertEqual(state(job_id), ("cancelled", 0, 3))
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,)),
+                         [(0,)])
+
+    def test_revoke_of_a_running_task_refuses_its_fenced_effects(self):
+        w = self.start(concurrency=2, name="revoke-running")
+        result = celery_app.marked.delay("revoked while running", 2.0)
+        job_id = wait_for(lambda: job_of(result.id))
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,))[0][0],
+                 timeout=20)
+        result.revoke()
+        time.sleep(4)
+        self.assertEqual(state(job_id)[0], "cancelled", w.output()[-3000:])
+        # only the unfenced "started" row: the effect under assert_fence was refused
+        self.assertEqual(sql("SELECT what FROM effects WHERE job_id = %s", (job_id,)),
+                         [("revoked while running started",)])
+
+    def test_chord_unlock_retries_do_not_use_up_a_cap(self):
+        # celery.chord_unlock retries every second until the chord's header is done: five
+        # seconds of header is more retries than the queue's cap of 3.
+        from celery import chord
+        self.start(concurrency=3, name="chord")
+        result = chord([celery_app.sleepy.s(f"header{i}", 5.0) for i in range(2)])(
+            celery_app.chord_done.s())
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE what LIKE 'chord done: %%'"
+                             )[0][0] == 1, timeout=40, what="the chord's callback ran")
+        unlocks = sql("SELECT state::text, attempts FROM jobcap.jobs"
+                      " WHERE payload->'headers'->>'task' = 'celery.chord_unlock'")
+        self.assertGreater(len(unlocks), 3, unlocks)
+        self.assertEqual({s for s, _ in unlocks}, {"succeeded"})
+        self.assertEqual({a for _, a in unlocks}, {1})
+        self.assertIsNotNone(result)
+
+    def test_remote_control_and_task_events_are_refused_at_start(self):
+        probe = wait_for(lambda: job_of(celery_app.ok.delay("probe").id))
+        for why, kw in (("worker_enable_remote_control",
+                         {"env": {"JOBCAP_TEST_REMOTE_CONTROL": "1"}}),
+                        ("worker_send_task_events", {"flags": ("--without-heartbeat", "-E")}),
+                        ("task_acks_late", {"env": {"JOBCAP_TEST_ACKS_EARLY": "1"}})):
+            with self.subTest(why):
+                w = self.start(name="refused", **kw)
+                code = w.proc.wait(30)
+                self.assertNotEqual(code, 0)
+                self.assertRegex(w.output(), f"{why} must be (False|True)")
+                self.assertEqual(state(probe), ("pending", 0, 3))   # it took nothing
+
+    def test_inspect_and_events_monitor_are_refused_with_the_reason(self):
+        env = dict(os.environ)
+        for args, says in ((["inspect", "ping", "-t", "2"], "remote control"),
+                           (["control", "shutdown"], "remote control"),
+                           (["events", "--dump"], "events")):
+            with self.subTest(args[0]):
+                done = subprocess.run([sys.executable, "-m", "celery", "-A", "celery_app", *args],
+                                      cwd=HERE, env=env, capture_output=True, text=True,
+                                      timeout=60)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(says, done.stdout + done.stderr)
+        self.assertEqual(sql("SELECT queue FROM jobcap.queues WHERE queue LIKE '%%pidbox'"
+                             " OR queue LIKE 'celeryev%%'"), [])
+
+    def test_a_default_worker_creates_no_queue_for_its_events(self):
+        # Celery's worker heartbeats are events: nobody can receive them here, and they must
+        # not fill queues named by their routing keys (worker.heartbeat, worker.online).
+        w = self.start(name="heartbeats", flags=())
+        job_id = wait_for(lambda: job_of(celery_app.ok.delay("beside heartbeats").id))
+        wait_for(lambda: state(job_id)[0] == "succeeded", timeout=20)
+        time.sleep(3)
+        self.assertEqual(sql("SELECT queue FROM jobcap.queues WHERE queue LIKE 'worker.%%'"), [])
+        self.assertIsNone(w.proc.poll())
 
     def test_broker_restart(self):
         w = self.start(concurrency=2, prefetch=1, name="restart")

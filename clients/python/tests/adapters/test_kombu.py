@@ -201,9 +201,11 @@ class KombuTest(unittest.TestCase):
             self.assertIn("not a kombu message", kinds(job_id)[0][2])
 
     def test_no_ack_consumers_are_refused(self):
-        with self.assertRaises(ValueError):
+        with self.assertRaises(jobcap.contrib.kombu.Unsupported) as caught:
             self.queue.consumer.channel.basic_consume(self.queue_name, True, lambda m: None,
                                                       "tag")
+        self.assertIn("no_ack=True", str(caught.exception))
+        self.assertNotIn("task_acks_late", str(caught.exception))
 
 
 if __name__ == "__main__":
