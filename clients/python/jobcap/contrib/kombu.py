@@ -848,6 +848,12 @@ class Transport(virtual.Transport):
     def driver_version(self):
         return psycopg.__version__
 
+    @property
+    def default_connection_params(self):
+        # No host means libpq's default (PGHOST, or the Unix socket), as for psql: kombu would
+        # otherwise warn that it reverts to "localhost", which is not what is connected to.
+        return {}
+
     def establish_connection(self):
         # Fail here, where kombu expects connection errors, rather than at the first _get.
         conn = psycopg.connect(self.conninfo, connect_timeout=10)
