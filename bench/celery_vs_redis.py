@@ -201,6 +201,8 @@ def main():
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--prefetch", type=int, default=4)
     args = parser.parse_args()
+    # Stopped (SIGTERM, a timeout): unwind, so the workers and both servers stop too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     work = tempfile.mkdtemp(prefix="jobcap-bench-celery-")
     with open(os.path.join(work, "benchapp.py"), "w") as f:
         f.write(APP)

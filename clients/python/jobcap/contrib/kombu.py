@@ -266,6 +266,7 @@ class Channel(virtual.Channel):
         self._conn: Optional[psycopg.Connection] = None
         self._conn_pid = 0
         self._known_queues = set()
+        self._checked_queues = set()
         self._worker = self.worker_name or f"{os.uname().nodename}:{os.getpid()}"
 
     # --- the connection -----------------------------------------------------------------------
@@ -307,15 +308,76 @@ class Channel(virtual.Channel):
         if refused:
             raise Unsupported(refused)
         if not self.create_queues:
+            self._known_queues.add(queue)
             return
         try:
             self._execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s)",
                           (queue, self.max_attempts, _interval(self.visibility_timeout),
                            _interval(self.backoff_base), _interval(self.backoff_max),
                            bool(self.notify)))
-        except (psycopg.errors.DuplicateObject, psycopg.errors.InsufficientPrivilege):
-            pass  # it exists, or an operator creates queues: enqueue says if it is missing
+        except psycopg.errors.DuplicateObject:
+            self._queue_options_unapplied(queue, "it exists")
+        except psycopg.errors.InsufficientPrivilege:
+            # an operator creates queues; using one says what is missing (_check_access)
+            self._queue_options_unapplied(queue, "this role may not create queues")
         self._known_queues.add(queue)
+
+    #: Transport options that are a queue's settings, given to create_queue only.
+    QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max", "notify")
+
+    def _queue_options_unapplied(self, queue: str, why: str) -> None:
+        """Says once per queue when transport options given for its settings do not apply:
+        create_queue sets them, and the queue was not created here. Quiet when the queue's
+        settings are those options anyway, or when none was given."""
+        given = {k: v for k, v in self.connection.client.transport_options.items()
+                 if k in self.QUEUE_OPTIONS}
+        key = (self._conninfo, queue)
+        if not given or key in _options_told:
+            return
+        _options_told.add(key)
+        try:
+            row = self._execute("SELECT max_attempts, extract(epoch FROM backoff_base)::float8,"
+                                " extract(epoch FROM backoff_max)::float8, notify"
+                                " FROM jobcap.queues WHERE queue = %s", (queue,)).fetchone()
+        except psycopg.errors.InsufficientPrivilege:
+            row = None   # a worker role may not read jobcap.queues
+        if row is not None:
+            have = dict(zip(self.QUEUE_OPTIONS, row))
+            differ = {k: v for k, v in given.items()
+                      if v is not None and (float(v) if k != "notify" else bool(v)) !=
+                      (float(have[k]) if k != "notify" else bool(have[k]))}
+            if not differ:
+                return
+            log.warning(
+                "jobcap: queue %r has %s; the transport options %s do not apply (%s, and "
+                "create_queue alone takes them). Its owner changes them: SELECT "
+                "jobcap.alter_queue(%r, %s)", queue,
+                ", ".join(f"{k}={have[k]}" for k in differ),
+                ", ".join(f"{k}={v}" for k, v in differ.items()), why, queue,
+                ", ".join(f"{k} => {_sql_literal(k, v)}" for k, v in differ.items()))
+        else:
+            log.warning(
+                "jobcap: the transport options %s may not apply to queue %r (%s, and "
+                "create_queue alone takes them; this role may not read its settings). Its "
+                "owner checks them in jobcap.queues and changes them with jobcap.alter_queue.",
+                ", ".join(f"{k}={v}" for k, v in given.items()), queue, why)
+
+    def _check_access(self, queue: str) -> None:
+        """Raises AccessDenied, saying what to grant, unless this role may work the queue."""
+        if queue in self._checked_queues:
+            return
+        try:
+            self._execute("SELECT ready FROM jobcap.queue_depth(%s)", (queue,))
+        except psycopg.errors.InsufficientPrivilege as error:
+            role = self._execute("SELECT current_user").fetchone()[0]
+            raise AccessDenied(_access_advice(queue, role, error)) from error
+        except psycopg.errors.UndefinedObject as error:
+            role = self._execute("SELECT current_user").fetchone()[0]
+            raise AccessDenied(
+                f"jobcap: queue {queue!r} does not exist ({error.diag.message_primary}), and "
+                f"role {role!r} did not create it. Its owner runs SELECT jobcap.create_queue("
+                f"{queue!r}) and SELECT jobcap.grant_queue({queue!r}, {role!r}).") from error
+        self._checked_queues.add(queue)
 
     def _has_queue(self, queue, **kwargs):
         try:
@@ -325,7 +387,12 @@ class Channel(virtual.Channel):
             return False
 
     def _size(self, queue):
-        return self._execute("SELECT ready FROM jobcap.queue_depth(%s)", (queue,)).fetchone()[0]
+        try:
+            return self._execute("SELECT ready FROM jobcap.queue_depth(%s)",
+                                 (queue,)).fetchone()[0]
+        except psycopg.errors.InsufficientPrivilege as error:
+            role = self._execute("SELECT current_user").fetchone()[0]
+            raise AccessDenied(_access_advice(queue, role, error)) from error
 
     def _purge(self, queue):
         total = 0
@@ -421,8 +488,12 @@ class Channel(virtual.Channel):
         for key in JOB_HEADERS:
             (payload.get("headers") or {}).pop(key, None)
         self._new_queue(queue)
-        self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s)",
-                      (queue, Jsonb(payload), run_at, priority))
+        try:
+            self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s)",
+                          (queue, Jsonb(payload), run_at, priority))
+        except psycopg.errors.InsufficientPrivilege as error:
+            role = self._execute("SELECT current_user").fetchone()[0]
+            raise AccessDenied(_access_advice(queue, role, error)) from error
 
     def _retry_current(self, request, message, headers):
         """self.retry() of the task this process runs: a counted failure of the same job."""
@@ -460,6 +531,7 @@ class Channel(virtual.Channel):
             wrong = _wrong_settings(app.conf)
             if wrong:
                 raise Unsupported(_refusal(wrong))
+        self._check_access(queue)
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
 
     def _get(self, queue, timeout=None):
@@ -612,11 +684,58 @@ def _on_worker_init(sender=None, **kwargs):
     wrong = _wrong_settings(app.conf)
     if wrong:
         raise SystemExit(_refusal(wrong))
+    try:
+        queues = [q.name for q in app.amqp.queues.consume_from.values()]
+    except Exception:   # an app without queues yet: basic_consume checks each queue anyway
+        queues = []
+    if not queues:
+        return
+    try:
+        with app.connection_for_read() as connection:
+            channel = connection.channel()
+            try:
+                for name in queues:
+                    channel._new_queue(name)
+                    channel._check_access(name)
+            finally:
+                channel.close()
+    except AccessDenied as error:
+        raise SystemExit(str(error)) from error
+    except (psycopg.OperationalError, OSError) as error:
+        # the database is not reachable yet: Celery's own connection retries take over, and
+        # basic_consume checks each queue once connected
+        log.info("jobcap: queues not checked at start: %s", error)
 
 
 def _refusal(wrong: list) -> str:
     return ("jobcap: Celery settings the jobcap transport cannot work with:\n  - "
             + "\n  - ".join(wrong))
+
+
+class AccessDenied(PermissionError):
+    """The role may not work a queue (or use jobcap), with the grant that is missing."""
+
+
+def _access_advice(queue: str, role: str, error: psycopg.Error) -> str:
+    said = error.diag.message_primary or str(error)
+    if "schema jobcap" in said or "function" in said:
+        return (f"jobcap: role {role!r} may not use jobcap ({said}). A superuser runs GRANT "
+                f"jobcap_worker TO {role}, and the queue's owner SELECT jobcap.grant_queue("
+                f"{queue!r}, {role!r}).")
+    return (f"jobcap: role {role!r} may not work queue {queue!r} ({said}). The queue's owner "
+            f"runs SELECT jobcap.grant_queue({queue!r}, {role!r}) (after SELECT "
+            f"jobcap.create_queue({queue!r}) if the queue does not exist yet).")
+
+
+def _sql_literal(option: str, value) -> str:
+    if option in ("backoff_base", "backoff_max"):
+        return f"interval '{float(value):g} seconds'"
+    if option == "notify":
+        return "true" if value else "false"
+    return str(int(value))
+
+
+_options_told: set = set()
 
 
 class Unsupported(NotImplementedError):

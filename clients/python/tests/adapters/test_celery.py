@@ -404,6 +404,21 @@ class CeleryScenarioTest(unittest.TestCase):
                 self.assertRegex(w.output(), f"{why} must be (False|True)")
                 self.assertEqual(state(probe), ("pending", 0, 3))   # it took nothing
 
+    def test_a_worker_role_without_its_grant_is_refused_at_start(self):
+        sql("DO $$BEGIN CREATE ROLE celery_worker LOGIN IN ROLE jobcap_worker;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+        sql("GRANT INSERT ON effects TO celery_worker")   # what the task writes
+        probe = wait_for(lambda: job_of(celery_app.ok.delay("waits for a grant").id))
+        as_role = server.conninfo.replace("user=postgres", "user=celery_worker")
+        w = self.start(name="ungranted", env={"JOBCAP_TEST_CONNINFO": as_role})
+        self.assertNotEqual(w.proc.wait(30), 0)
+        self.assertIn("jobcap.grant_queue('celery', 'celery_worker')", w.output())
+        self.assertEqual(state(probe), ("pending", 0, 3))   # nothing taken, nothing lost
+        sql("SELECT jobcap.grant_queue('celery', 'celery_worker')")
+        self.start(name="granted", env={"JOBCAP_TEST_CONNINFO": as_role})
+        wait_for(lambda: state(probe)[0] == "succeeded", timeout=30)
+        self.assertEqual(state(probe), ("succeeded", 1, 3))
+
     def test_inspect_and_events_monitor_are_refused_with_the_reason(self):
         env = dict(os.environ)
         for args, says in ((["inspect", "ping", "-t", "2"], "remote control"),
