@@ -238,9 +238,13 @@ class QoS(virtual.QoS):
 
     def restore_unacked(self):
         self._flush()
+        unstarted = _never_started(list(self._delivered))
         while self._delivered:
             tag, _ = self._delivered.popitem()
-            self.channel._lapse(tag, "restored (not acked)")
+            if tag in unstarted:
+                self.channel._release(tag)
+            else:
+                self.channel._lapse(tag, "restored (not acked)")
         self._delivered.clear()
         return []
 
@@ -600,6 +604,21 @@ class Channel(virtual.Channel):
             log.info("job %s: not given up, fence %s is no longer current (the task's own "
                      "failure report ended it, or its lease lapsed)", held.job_id, held.fence)
 
+    def _release(self, delivery_tag):
+        """Gives back a message whose task never started: pending at once, not counted."""
+        held = _heartbeats.pop(delivery_tag)
+        if held is None:
+            return
+        try:
+            _settle(held.conninfo, "SELECT jobcap.release_job(%s, %s)::text",
+                    (held.job_id, held.fence))
+            log.info("job %s: never started here, given back (not counted)", held.job_id)
+        except psycopg.Error as error:
+            if not _is_stale(error):
+                log.warning("job %s: could not be given back (%s); its lease lapses and the "
+                            "reaper counts the attempt", held.job_id, error)
+        self.connection.wake()
+
     def _lapse(self, delivery_tag, why):
         held = _heartbeats.pop(delivery_tag)
         if held is not None:
@@ -612,6 +631,22 @@ class Channel(virtual.Channel):
 
     def basic_recover(self, requeue=False):
         return self.qos.restore_unacked()
+
+
+def _never_started(tags) -> set:
+    """Of these delivery tags, those whose Celery task never started, when they are known
+    for sure: in a Celery worker that is shutting down (its pool has stopped, so nothing
+    handed to it can start later), the messages prefetched but never accepted by a pool
+    process. Anywhere else (a lost connection while the pool runs, plain kombu): none."""
+    import sys
+    if "celery.worker.state" not in sys.modules:
+        return set()
+    from celery.worker import state
+    if state.should_stop is None and state.should_terminate is None:
+        return set()
+    started = {getattr(getattr(r, "message", None), "delivery_tag", None)
+               for r in list(state.active_requests)}
+    return {t for t in tags if t not in started}
 
 
 def _eta(headers: dict) -> Optional[dt.datetime]:

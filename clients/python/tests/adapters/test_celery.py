@@ -351,6 +351,30 @@ class CeleryScenarioTest(unittest.TestCase):
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)", (job_ids,)),
                          [(4,)])
 
+    def test_warm_shutdown_with_prefetched_tasks(self):
+        # One process, prefetch 4: at SIGTERM one task runs and three wait in the worker. The
+        # running one is completed once; the waiting ones either ran before the worker left
+        # or are given back uncounted (release_job), for the next worker at once.
+        first = self.start(concurrency=1, prefetch=4, lease=30, name="warm-prefetch")
+        tasks = [celery_app.marked.delay(f"warmpre{i}", 1.0) for i in range(4)]
+        job_ids = [wait_for(lambda t=t: job_of(t.id)) for t in tasks]
+        wait_for(lambda: sql("SELECT count(*) FROM jobcap.jobs WHERE job_id = ANY(%s)"
+                             " AND state = 'running'", (job_ids,))[0][0] == 4, timeout=30)
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what LIKE '%% started'", (job_ids,))[0][0] >= 1, timeout=30)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0, first.output()[-3000:])
+        states = {j: state(j) for j in job_ids}
+        for job_id, st in states.items():
+            self.assertIn(st, (("succeeded", 1, 3), ("pending", 0, 3)), first.output()[-3000:])
+        self.start(concurrency=2, prefetch=1, lease=30, name="after-warm-prefetch")
+        wait_for(lambda: all(state(j)[0] == "succeeded" for j in job_ids), timeout=20,
+                 what="the given-back tasks run at once, not after a 30 s lease")
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3))
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what NOT LIKE '%% started'", (job_ids,)), [(4,)])
+
     def test_revoke_cancels_a_waiting_task(self):
         result = celery_app.ok.apply_async(("revoked while waiting",), countdown=3)
         job_id = wait_for(lambda: job_of(result.id))
