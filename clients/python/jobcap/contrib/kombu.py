@@ -8,7 +8,8 @@
                  worker_enable_remote_control=False)
 
 A kombu queue is a jobcap queue (created on declaration when the role may, with the transport
-options' max_attempts, visibility_timeout as its lease and backoff). What each kombu operation
+options' max_attempts, visibility_timeout as its lease and backoff; options for a queue that
+exists already do not change it, and the transport says so once). What each kombu operation
 does in jobcap:
 
 * publish (``_put``): ``enqueue_job``. kombu's priority (higher is more important) becomes
@@ -16,25 +17,45 @@ does in jobcap:
   so a delayed task is not held unacked by a worker until its time.
 * get (``_get``): ``claim_job``, committed before the message is handed over, with the
   visibility timeout as the lease. The claim counts the attempt (a SIGKILL cannot lose it) and
-  refuses a job at its cap. The message's headers gain ``jobcap_job_id``, ``jobcap_fence``,
-  ``jobcap_attempt`` and ``jobcap_max_attempts`` (a Celery task reads them as
-  ``self.request.jobcap_fence``, see :func:`fence_of`), and Celery's ``retries`` header is set
-  to the attempts already counted.
+  refuses a job at its cap. A payload that is not a kombu message (for a Celery worker: not a
+  task message it accepts) is given up with the reason instead of delivered. The message's
+  headers gain ``jobcap_job_id``, ``jobcap_fence``, ``jobcap_attempt`` and
+  ``jobcap_max_attempts`` (a Celery task reads them as ``self.request.jobcap_fence``, see
+  :func:`fence_of`), and Celery's ``retries`` header is set to the attempts already counted.
 * ack: ``complete_job`` with the fence. A stale fence (the lease lapsed and another worker has
-  the job, or the task retried) is logged and dropped, never turned into a success.
+  the job, the task retried, or it was revoked) is logged and dropped, never turned into a
+  success.
 * reject(requeue=False): ``give_up_job`` -- dead at once, the reason kept in its history.
-* reject(requeue=True), ``message.requeue()``, ``recover`` and ``restore_unacked`` (warm
-  shutdown, lost connection): nothing is re-published. The transport stops extending the lease
-  and lets it lapse; the claim has counted the attempt already, and the reaper returns the job to
-  pending (history: lease_expired) or, at its cap, makes it dead. A copy with a fresh budget is
-  never created.
+* reject(requeue=True), ``message.requeue()``, ``recover`` and ``restore_unacked`` (a lost
+  connection): nothing is re-published. The transport stops extending the lease and lets it
+  lapse; the claim has counted the attempt already, and the reaper returns the job to pending
+  (history: lease_expired) or, at its cap, makes it dead. A copy with a fresh budget is never
+  created. At a Celery worker's shutdown, prefetched messages whose task never started are
+  given back with ``release_job`` instead (pending at once, not counted).
 * unacked messages of a live process have their leases extended by a heartbeat thread every
   third of the visibility timeout.
-* Celery's ``self.retry()``: inside a task holding a jobcap job, the retry message is not
-  published. It becomes ``fail_job`` on the job being run, with the countdown/eta as
-  ``retry_in``: a counted failure, so retries end at the queue's cap (the job goes dead) whatever
-  ``max_retries`` says, and Celery sees the counted attempts as ``request.retries``. A retry that
-  changes the task's arguments is refused (the job's payload is the message).
+
+In a Celery worker the transport runs in Celery's event loop: acks are the loop's callbacks,
+so a warm shutdown completes the tasks that finished while it waited for them. And:
+
+* ``self.retry()``: inside a task holding a jobcap job, the retry message is not published. It
+  becomes ``fail_job`` on the job being run, with the countdown/eta as ``retry_in``: a counted
+  failure, so retries end at the queue's cap (the job goes dead) whatever ``max_retries``
+  says, and Celery sees the counted attempts as ``request.retries``. A retry that changes the
+  task's arguments is refused (the job's payload is the message). Celery's own tasks
+  (``celery.chord_unlock`` waiting for a chord) retry as new messages, never counted.
+* a task that raises: ``give_up_job`` with the exception's text (a failure is final in Celery).
+* a time limit is a counted attempt, retried until the cap, as a SIGKILL is: the hard one
+  (Celery kills the process) with ``crash_job`` (history ``crashed``, "time limit: hard time
+  limit (N s) exceeded"), the soft one with ``fail_job``.
+* ``revoke()`` cancels the task's job (``cancel_job``: a role with jobcap_operator); a running
+  one is refused at its next fenced call, its completion included.
+* settings that cannot work refuse the worker at start, naming each: task_acks_late=True,
+  task_reject_on_worker_lost=True, task_acks_on_failure_or_timeout=False,
+  worker_enable_remote_control=False and no task events (-E, worker_send_task_events): there
+  is no broadcast exchange, so ``celery inspect``/``control`` and ``celery events`` are refused
+  with the reason, and a worker's heartbeat events are dropped (no queue is made for them).
+* a role without its grants is refused at start with the grant to run (AccessDenied).
 """
 from __future__ import annotations
 
