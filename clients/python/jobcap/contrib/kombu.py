@@ -293,6 +293,14 @@ class Channel(virtual.Channel):
         self._known_queues = set()
         self._checked_queues = set()
         self._worker = self.worker_name or f"{os.uname().nodename}:{os.getpid()}"
+        _check_number("visibility_timeout", self.visibility_timeout, positive=True)
+        _check_number("backoff_base", self.backoff_base)
+        _check_number("backoff_max", self.backoff_max)
+        if self.max_attempts is not None and (
+                isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
+                or self.max_attempts < 1):
+            raise InvalidOption(f"jobcap: transport option max_attempts must be a whole number "
+                                f"of at least 1 (or left out), not {self.max_attempts!r}")
 
     # --- the connection -----------------------------------------------------------------------
 
@@ -755,7 +763,7 @@ def _on_worker_init(sender=None, **kwargs):
                     channel._check_access(name)
             finally:
                 channel.close()
-    except AccessDenied as error:
+    except (AccessDenied, InvalidOption) as error:
         raise SystemExit(str(error)) from error
     except (psycopg.OperationalError, OSError) as error:
         # the database is not reachable yet: Celery's own connection retries take over, and
@@ -766,6 +774,29 @@ def _on_worker_init(sender=None, **kwargs):
 def _refusal(wrong: list) -> str:
     return ("jobcap: Celery settings the jobcap transport cannot work with:\n  - "
             + "\n  - ".join(wrong))
+
+
+class InvalidOption(ValueError):
+    """A transport option with a value the transport cannot use."""
+
+
+def _check_number(name: str, value, positive: bool = False) -> None:
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    ok = number is not None and number == number and (number > 0 if positive else number >= 0)
+    if not ok:
+        raise InvalidOption(f"jobcap: transport option {name} must be a "
+                            f"{'positive' if positive else 'non-negative'} number of seconds, "
+                            f"not {value!r}")
+
+
+#: Transport options kombu itself reads (connection retries, the virtual transport's own).
+_KOMBU_OPTIONS = frozenset(("polling_interval", "max_retries", "interval_start",
+                            "interval_step", "interval_max", "retry_policy", "body_encoding",
+                            "deadletter_queue"))
+_unknown_told: set = set()
 
 
 class AccessDenied(PermissionError):
@@ -945,6 +976,16 @@ class Transport(virtual.Transport):
         super().__init__(client, **kwargs)
         options = client.transport_options
         self.conninfo = options.get("conninfo") or _conninfo_of(client)
+        _check_number("polling_interval", self.polling_interval, positive=True)
+        unknown = sorted(set(options) - set(Channel.from_transport_options) - _KOMBU_OPTIONS
+                         - _unknown_told)
+        if unknown:
+            _unknown_told.update(unknown)
+            log.warning("jobcap: unknown transport option(s) %s, ignored; the jobcap transport "
+                        "takes %s (and kombu's %s)", ", ".join(unknown),
+                        ", ".join(Channel.from_transport_options[2:]),
+                        ", ".join(sorted(_KOMBU_OPTIONS - {"body_encoding",
+                                                           "deadletter_queue"})))
         self._hub = None
         self._timer = None
         self._wake_r = self._wake_w = -1

@@ -208,6 +208,36 @@ class KombuTest(unittest.TestCase):
         self.assertNotIn("task_acks_late", str(caught.exception))
 
 
+class OptionsTest(unittest.TestCase):
+    def channel(self, **options):
+        conn = Connection("jobcap://", transport_options=dict(
+            {"conninfo": server.conninfo}, **options))
+        self.addCleanup(conn.release)
+        return conn.channel()
+
+    def test_bad_values_are_refused_with_the_option_named(self):
+        for option, value in (("visibility_timeout", 0), ("visibility_timeout", "soon"),
+                              ("backoff_base", -1), ("backoff_max", None),
+                              ("max_attempts", 0), ("max_attempts", 2.5),
+                              ("polling_interval", 0)):
+            with self.subTest(option=option, value=value):
+                with self.assertRaises(jobcap.contrib.kombu.InvalidOption) as caught:
+                    self.channel(**{option: value})
+                self.assertIn(f"transport option {option} must be", str(caught.exception))
+
+    def test_an_unknown_option_is_named_once(self):
+        log = logging.getLogger("jobcap.kombu")
+        with self.assertLogs(log, "WARNING") as said:
+            self.channel(max_attemps=3)
+            self.channel(max_attemps=3)
+        self.assertEqual(len(said.output), 1, said.output)
+        self.assertIn("unknown transport option(s) max_attemps", said.output[0])
+        self.assertIn("max_attempts", said.output[0])
+        with self.assertNoLogs(log, "WARNING"):
+            self.channel(max_attempts=3, visibility_timeout=30, polling_interval=0.5,
+                         max_retries=3)
+
+
 class RoleTest(unittest.TestCase):
     """Missing grants get an error that names the grant, and lose nothing; transport options
     that cannot apply say so once."""
