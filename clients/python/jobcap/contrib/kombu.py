@@ -988,6 +988,7 @@ class Transport(virtual.Transport):
                                                            "deadletter_queue"})))
         self._hub = None
         self._timer = None
+        self._listen: Optional[psycopg.Connection] = None
         self._wake_r = self._wake_w = -1
         self._wake_pending = False
 
@@ -1012,7 +1013,26 @@ class Transport(virtual.Transport):
         os.set_blocking(self._wake_w, False)
         loop.add_reader(self._wake_r, self._on_wake)
         self._timer = loop.call_repeatedly(self.polling_interval, self._poll_once)
+        # A queue created with notify sends a NOTIFY jobcap (payload: the queue) per enqueueing
+        # transaction: with it a new message is claimed at once, not at the next poll.
+        self._listen = psycopg.connect(self.conninfo, autocommit=True,
+                                       application_name="jobcap kombu listen")
+        self._listen.execute("LISTEN jobcap")
+        loop.add_reader(self._listen.fileno(), self._on_notify)
         self.wake()
+
+    def _on_notify(self) -> None:
+        pgconn = self._listen.pgconn
+        pgconn.consume_input()   # a broken connection raises here: Celery reconnects
+        mine = False
+        while True:
+            note = pgconn.notifies()
+            if note is None:
+                break
+            queue = note.extra.decode(errors="replace")
+            mine = mine or any(queue in ch._active_queues for ch in self.channels)
+        if mine:
+            self._poll_once()
 
     def wake(self) -> None:
         """Polls again at the next turn of the event loop (no-op without one)."""
@@ -1046,6 +1066,14 @@ class Transport(virtual.Transport):
         if timer is not None:
             timer.cancel()
         hub, self._hub = self._hub, None
+        listen, self._listen = self._listen, None
+        if listen is not None:
+            if hub is not None:
+                try:
+                    hub.remove_reader(listen.fileno())
+                except Exception:   # closed already, or the hub was reset
+                    pass
+            listen.close()
         r, w = self._wake_r, self._wake_w
         self._wake_r = self._wake_w = -1
         if r >= 0:

@@ -19,7 +19,8 @@ app = Celery("jobcap_test", broker_url="jobcap://")
 app.conf.update(
     broker_transport_options={
         "conninfo": CONNINFO, "visibility_timeout": float(os.environ.get("JOBCAP_TEST_LEASE", 3)),
-        "max_attempts": 3, "backoff_base": 0, "backoff_max": 0, "polling_interval": 0.1},
+        "max_attempts": 3, "backoff_base": 0, "backoff_max": 0,
+        "polling_interval": float(os.environ.get("JOBCAP_TEST_POLL", 0.1))},
     task_acks_late=not os.environ.get("JOBCAP_TEST_ACKS_EARLY"),
     task_reject_on_worker_lost=True,
     task_acks_on_failure_or_timeout=False,

@@ -210,11 +210,15 @@ class CeleryWorkerTest(unittest.TestCase):
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,)), [(0,)])
 
 
-def enqueue(payload, queue="celery"):
-    """A job put on a Celery queue by something other than Celery (SQL, a scheduler)."""
+def ensure_queue(queue="celery"):
     if not sql("SELECT 1 FROM jobcap.queues WHERE queue = %s", (queue,)):
         # as the transport creates it (celery_app's transport options)
         sql("SELECT jobcap.create_queue(%s, 3, '3 s', '0', '0')", (queue,))
+
+
+def enqueue(payload, queue="celery"):
+    """A job put on a Celery queue by something other than Celery (SQL, a scheduler)."""
+    ensure_queue(queue)
     return sql("SELECT jobcap.enqueue_job(%s, %s::jsonb)", (queue, payload))[0][0]
 
 
@@ -374,6 +378,20 @@ class CeleryScenarioTest(unittest.TestCase):
             self.assertEqual(state(job_id), ("succeeded", 1, 3))
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
                              " AND what NOT LIKE '%% started'", (job_ids,)), [(4,)])
+
+    def test_a_queue_with_notify_wakes_an_idle_worker_at_once(self):
+        ensure_queue("celery")
+        sql("SELECT jobcap.alter_queue('celery', notify => true)")
+        self.addCleanup(sql, "SELECT jobcap.alter_queue('celery', notify => false)")
+        w = self.start(name="notified", env={"JOBCAP_TEST_POLL": "10"})
+        wait_for(lambda: "ready." in w.output(), timeout=30)
+        time.sleep(1)
+        for i in range(3):
+            t0 = time.monotonic()
+            job_id = wait_for(lambda: job_of(celery_app.ok.delay(f"notified{i}").id))
+            wait_for(lambda: state(job_id)[0] == "succeeded", timeout=15)
+            # polling every 10 s, the worker took it within 1.5 s of the NOTIFY
+            self.assertLess(time.monotonic() - t0, 1.5, w.output()[-2000:])
 
     def test_revoke_cancels_a_waiting_task(self):
         result = celery_app.ok.apply_async(("revoked while waiting",), countdown=3)
