@@ -83,7 +83,9 @@ log = logging.getLogger("jobcap.kombu")
 JOB_HEADERS = ("jobcap_job_id", "jobcap_fence", "jobcap_attempt", "jobcap_max_attempts")
 
 CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload"
-         " FROM jobcap.claim_job(%s, %s, 1, %s)")
+         " FROM jobcap.claim_job(%s, %s, %s, %s)")
+COMPLETE_AND_CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload"
+                      " FROM jobcap.complete_and_claim(%s, %s, %s, %s, %s, %s)")
 
 
 def fence_of(request: Any) -> Tuple[int, int]:
@@ -246,6 +248,33 @@ def _settle(conninfo: str, query: str, params: tuple):
                     raise
 
 
+def _complete(acks: list) -> None:
+    """complete_job for each acked message, in one complete_jobs when there are several. That
+    one is all or nothing: when a fence in it is stale, each job is completed on its own."""
+    by_db: Dict[str, list] = {}
+    for held in acks:
+        by_db.setdefault(held.conninfo, []).append(held)
+    for conninfo, helds in by_db.items():
+        if len(helds) > 1:
+            try:
+                _settle(conninfo, "SELECT jobcap.complete_jobs(%s, %s)",
+                        ([h.job_id for h in helds], [h.fence for h in helds]))
+                continue
+            except psycopg.Error as error:
+                if not _is_stale(error):
+                    raise
+        for held in helds:
+            try:
+                _settle(conninfo, "SELECT jobcap.complete_job(%s, %s)::text",
+                        (held.job_id, held.fence))
+            except psycopg.Error as error:
+                if not _is_stale(error):
+                    raise
+                log.warning("job %s: not completed, fence %s is no longer current (the task "
+                            "retried, gave up, was revoked, or its lease lapsed and it "
+                            "belongs to another worker)", held.job_id, held.fence)
+
+
 class QoS(virtual.QoS):
     """Unacked messages are never re-published: their leases lapse and the reaper counts them."""
 
@@ -324,6 +353,7 @@ class Channel(virtual.Channel):
             raise
 
     def close(self):
+        self.connection._flush_acks()   # acks of a warm shutdown's last turn of the loop
         super().close()
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -569,19 +599,53 @@ class Channel(virtual.Channel):
 
     def _get(self, queue, timeout=None):
         while True:
-            row = self._execute(CLAIM, (queue, self._worker,
+            row = self._execute(CLAIM, (queue, self._worker, 1,
                                         _interval(self.visibility_timeout))).fetchone()
             if row is None:
                 raise Empty()
-            wrong = _not_a_message(row[4])
-            if wrong is None:
-                wrong = "; ".join(_wrong_task_settings(row[4])) or None
-            if wrong is None:
+            if self._deliverable(row):
                 return self._deliver_row(queue, row)
-            reason = "refused by the jobcap transport: " + wrong
-            log.error("job %s: %s", row[0], reason)
-            _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
-                    (row[0], row[1], reason))
+
+    def _get_batch(self, queue, n: int, acked: Optional[_Held] = None):
+        """Up to n messages of queue, claimed in one statement (the event loop's poll), and
+        the number of jobs claimed. With acked, that message's job is completed in the same
+        statement (complete_and_claim): one round trip where a task ends and the next starts."""
+        lease = _interval(self.visibility_timeout)
+        rows = None
+        if acked is not None:
+            try:
+                rows = self._execute(COMPLETE_AND_CLAIM, (acked.job_id, acked.fence, queue,
+                                                          self._worker, n, lease)).fetchall()
+            except psycopg.Error as error:
+                if not _is_stale(error):
+                    raise
+                _complete([acked])   # says which fence was stale; the claim follows alone
+        if rows is None:
+            rows = self._execute(CLAIM, (queue, self._worker, n, lease)).fetchall()
+        return [self._deliver_row(queue, row) for row in rows if self._deliverable(row)], len(rows)
+
+    def _room(self) -> int:
+        """How many more messages this channel's consumers take now (kombu's prefetch)."""
+        if not self._consumers:
+            return 0
+        qos = self.qos
+        if not qos.prefetch_count:
+            return self.connection.deliveries_per_poll
+        return max(qos.prefetch_count - (len(qos._delivered) - len(qos._dirty)), 0)
+
+    def _deliverable(self, row) -> bool:
+        """False, with the job given up and the reason kept, for a payload that must not be
+        delivered (not a kombu message, or a task whose settings cannot work)."""
+        wrong = _not_a_message(row[4])
+        if wrong is None:
+            wrong = "; ".join(_wrong_task_settings(row[4])) or None
+        if wrong is None:
+            return True
+        reason = "refused by the jobcap transport: " + wrong
+        log.error("job %s: %s", row[0], reason)
+        _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+                (row[0], row[1], reason))
+        return False
 
     def _deliver_row(self, queue, row):
         job_id, fence, attempt, max_attempts, payload = row
@@ -606,18 +670,14 @@ class Channel(virtual.Channel):
     def basic_ack(self, delivery_tag, multiple=False):
         held = _heartbeats.pop(delivery_tag) or _lapsed.pop(delivery_tag)
         super().basic_ack(delivery_tag, multiple)
-        self.connection.wake()
-        if held is None:
-            return
-        try:
-            _settle(held.conninfo, "SELECT jobcap.complete_job(%s, %s)::text",
-                    (held.job_id, held.fence))
-        except psycopg.Error as error:
-            if not _is_stale(error):
-                raise
-            log.warning("job %s: not completed, fence %s is no longer current (the task "
-                        "retried, gave up, or its lease lapsed and it belongs to another "
-                        "worker)", held.job_id, held.fence)
+        transport = self.connection
+        if held is not None and transport._hub is not None and not self.closed:
+            # In Celery's event loop: completed with the others acked in the same turn of the
+            # loop, in one complete_jobs, before the next claim (each job under its fence).
+            transport._acks.append(held)
+        elif held is not None:
+            _complete([held])
+        transport.wake()
 
     def _give_up(self, delivery_tag, reason="rejected without requeue (Celery: the task failed "
                                              "or exceeded its hard time limit)"):
@@ -989,6 +1049,7 @@ class Transport(virtual.Transport):
         self._hub = None
         self._timer = None
         self._listen: Optional[psycopg.Connection] = None
+        self._acks: list = []
         self._wake_r = self._wake_w = -1
         self._wake_pending = False
 
@@ -1054,12 +1115,37 @@ class Transport(virtual.Transport):
         self._poll_once()
 
     def _poll_once(self) -> None:
-        for _ in range(self.deliveries_per_poll):
-            try:
-                self.cycle.get(self._deliver)
-            except Empty:
-                return
-        self.wake()   # more may be waiting: let the loop run, then go on
+        """Settles what was acked, then claims what the consumers take now, each queue's in
+        one claim_job (its batch: the room left by the prefetch limit)."""
+        acks, self._acks = self._acks, []
+        full = False
+        for channel in list(self.channels):
+            queues = list(getattr(channel, "_active_queues", ()))
+            if len(queues) > 1:   # another queue first next time: none waits behind a busy one
+                channel._active_queues.append(channel._active_queues.pop(0))
+            for queue in queues:
+                room = min(channel._room(), self.deliveries_per_poll)
+                if room <= 0:
+                    break
+                acked = None
+                if len(acks) == 1 and acks[0].conninfo == channel._conninfo:
+                    acked, acks = acks[0], []
+                elif acks:
+                    _complete(acks)
+                    acks = []
+                messages, claimed = channel._get_batch(queue, room, acked)
+                for message in messages:
+                    self._deliver(message, queue)
+                full = full or claimed == room
+        if acks:
+            _complete(acks)
+        if full:
+            self.wake()   # more may be waiting: let the loop run, then go on
+
+    def _flush_acks(self) -> None:
+        acks, self._acks = self._acks, []
+        if acks:
+            _complete(acks)
 
     def _unregister(self) -> None:
         timer, self._timer = self._timer, None
@@ -1086,6 +1172,7 @@ class Transport(virtual.Transport):
             os.close(w)
 
     def close_connection(self, connection):
+        self._flush_acks()
         self._unregister()
         return super().close_connection(connection)
 
