@@ -416,6 +416,10 @@ class CeleryScenarioTest(unittest.TestCase):
         # only the unfenced "started" row: the effect under assert_fence was refused
         self.assertEqual(sql("SELECT what FROM effects WHERE job_id = %s", (job_id,)),
                          [("revoked while running started",)])
+        # the refused completion stopped nothing: the worker runs the next task
+        after = wait_for(lambda: job_of(celery_app.ok.delay("after the revoke").id))
+        wait_for(lambda: state(after)[0] == "succeeded", timeout=20)
+        self.assertIsNone(w.proc.poll())
 
     def test_chord_unlock_retries_do_not_use_up_a_cap(self):
         # celery.chord_unlock retries every second until the chord's header is done: five
