@@ -274,6 +274,15 @@ class RoleTest(unittest.TestCase):
             self.connect("stranger").SimpleQueue("granted")
         self.assertIn("GRANT jobcap_worker TO stranger", str(caught.exception))
 
+    def test_purge_needs_the_operator_role(self):
+        with self.connect("app_worker").SimpleQueue("granted") as queue:
+            queue.put({"kept": True})
+            with self.assertRaises(PermissionError) as caught:
+                queue.clear()
+            self.assertIn("jobcap_operator", str(caught.exception))
+        self.assertGreaterEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'granted'"
+                                    " AND state = 'pending'")[0][0], 1)   # nothing deleted
+
     def test_granted_later_nothing_was_lost(self):
         sql("SELECT jobcap.create_queue('late')")
         job_id = sql("SELECT jobcap.enqueue_job('late', %s::jsonb)",
