@@ -16,8 +16,8 @@ redis-server with no snapshots and no append-only file. Both workers run with jo
 documented settings (acks late, reject on worker lost, no remote control, no events) and
 prefetch multiplier --prefetch; the jobcap transport with its default options.
 
-Needs the private install of test/run (it is made when missing, as test/run does) and
-Debian's redis-server (installed with apt-get when missing and run as root).
+Needs the private install of test/run (it is made when missing, as test/run does), and
+Debian's redis-server and python3-redis (installed with apt-get when missing, as root).
 """
 import argparse
 import os
@@ -71,17 +71,21 @@ def private_bindir() -> str:
 
 
 def need_redis() -> str:
-    path = shutil.which("redis-server")
-    if path:
-        return path
-    if os.geteuid() != 0:
-        sys.exit("redis-server is missing: sudo apt-get install redis-server")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    if subprocess.run(["apt-get", "install", "-y", "-q", "redis-server"], env=env,
-                      stdout=subprocess.DEVNULL).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL, check=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "redis-server"], env=env,
-                       stdout=subprocess.DEVNULL, check=True)
+    """Debian's redis-server, and python3-redis for kombu's Redis transport."""
+    missing = [] if shutil.which("redis-server") else ["redis-server"]
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        missing.append("python3-redis")
+    if missing:
+        if os.geteuid() != 0:
+            sys.exit(f"missing: sudo apt-get install {' '.join(missing)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        if subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env,
+                          stdout=subprocess.DEVNULL).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL, check=True)
+            subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env,
+                           stdout=subprocess.DEVNULL, check=True)
     return shutil.which("redis-server")
 
 
