@@ -1,8 +1,12 @@
 """A real `celery worker` (prefork) on the jobcap transport.
 
-Success, a failure, self.retry() (counted by jobcap), a hard time limit, a child SIGKILLed on
-every attempt (dead at exactly its cap, history: lease expired), eta, priority, a worker killed
-while holding prefetched messages, and the database restarting under a running worker.
+Success, a failure, self.retry() (counted by jobcap), hard and soft time limits (counted
+attempts retried until the cap), a child SIGKILLed on every attempt (dead at exactly its cap,
+history: lease expired), eta, priority, warm shutdown (running and prefetched tasks each run
+once), payloads Celery did not publish (dead with the reason, the worker runs on), revoke(),
+chord_unlock's retries, settings and roles refused at start, inspect/events refused, a NOTIFY
+waking an idle worker, a worker killed while holding prefetched messages, and the database
+restarting under a running worker.
 """
 import datetime as dt
 import os
