@@ -8,6 +8,7 @@ visible (--system-site-packages: Debian 12's python3 is externally managed, and 
 django, django-q and psycopg come from Debian) and installs that wheel into it. app_env() is
 the environment an application runs in: no PYTHONPATH and no path into the checkout.
 """
+import atexit
 import os
 import shutil
 import subprocess
@@ -48,6 +49,7 @@ def build_wheel() -> str:
     global _wheel
     if _wheel is None:
         work = tempfile.mkdtemp(prefix="jobcap-wheel-")
+        atexit.register(shutil.rmtree, work, True)
         source = os.path.join(work, "src")
         shutil.copytree(PYTHON_CLIENT, source,
                         ignore=shutil.ignore_patterns("build", "dist", "*.egg-info",
