@@ -207,5 +207,19 @@ class InstallTest(unittest.TestCase):
         self.assertIn(os.path.join(app, "node_modules", "jobcap"), out)
 
 
+def load_tests(loader, tests, pattern):
+    """test/run install discovers this file by name (-p check.py): the other check_*.py files
+    of this folder, one per client or framework and independent of each other, run with it,
+    unless the discovery's pattern finds them itself."""
+    import fnmatch
+    import glob
+    for path in sorted(glob.glob(os.path.join(HERE, "check_*.py"))):
+        name = os.path.basename(path)
+        if pattern is not None and fnmatch.fnmatch(name, pattern):
+            continue
+        tests.addTests(loader.loadTestsFromName(name[:-3]))
+    return tests
+
+
 if __name__ == "__main__":
     unittest.main()

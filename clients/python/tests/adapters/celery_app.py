@@ -19,17 +19,18 @@ app = Celery("jobcap_test", broker_url="jobcap://")
 app.conf.update(
     broker_transport_options={
         "conninfo": CONNINFO, "visibility_timeout": float(os.environ.get("JOBCAP_TEST_LEASE", 3)),
-        "max_attempts": 3, "backoff_base": 0, "backoff_max": 0, "polling_interval": 0.1},
-    task_acks_late=True,
+        "max_attempts": 3, "backoff_base": 0, "backoff_max": 0,
+        "polling_interval": float(os.environ.get("JOBCAP_TEST_POLL", 0.1))},
+    task_acks_late=not os.environ.get("JOBCAP_TEST_ACKS_EARLY"),
     task_reject_on_worker_lost=True,
     task_acks_on_failure_or_timeout=False,
     worker_prefetch_multiplier=int(os.environ.get("JOBCAP_TEST_PREFETCH", 1)),
-    worker_enable_remote_control=False,
+    worker_enable_remote_control=bool(os.environ.get("JOBCAP_TEST_REMOTE_CONTROL")),
     worker_send_task_events=False,
+    result_backend=os.environ.get("JOBCAP_TEST_RESULTS", "disabled://"),
     task_default_queue="celery",
     broker_connection_retry=True,
     broker_connection_max_retries=None,
-    broker_pool_limit=1,
 )
 
 
@@ -66,6 +67,11 @@ def slow(self, what):
     time.sleep(30)
 
 
+@app.task(bind=True, soft_time_limit=0.5)
+def soft(self, what):
+    time.sleep(30)
+
+
 @app.task(bind=True)
 def suicide(self, what):
     """The corrupt file: its decoder process is SIGKILLed on every attempt."""
@@ -84,3 +90,18 @@ def sleepy(self, what, seconds):
 @app.task(bind=True, acks_late=False)
 def early_ack(self, what):
     record(self.request, what)
+
+
+@app.task(bind=True)
+def marked(self, what, seconds):
+    """Says it started (outside any fence), works for a while, then records under its fence."""
+    with psycopg.connect(CONNINFO, autocommit=True) as conn:
+        conn.execute("INSERT INTO effects (job_id, fence, attempt, what) VALUES (%s, %s, %s, %s)",
+                     (*fence_of(self.request), self.request.jobcap_attempt, what + " started"))
+    time.sleep(seconds)
+    record(self.request, what)
+
+
+@app.task(bind=True)
+def chord_done(self, results):
+    record(self.request, "chord done: " + ",".join(sorted(map(str, results))))

@@ -1,8 +1,12 @@
 """A real `celery worker` (prefork) on the jobcap transport.
 
-Success, a failure, self.retry() (counted by jobcap), a hard time limit, a child SIGKILLed on
-every attempt (dead at exactly its cap, history: lease expired), eta, priority, a worker killed
-while holding prefetched messages, and the database restarting under a running worker.
+Success, a failure, self.retry() (counted by jobcap), hard and soft time limits (counted
+attempts retried until the cap), a child SIGKILLed on every attempt (dead at exactly its cap,
+history: lease expired), eta, priority, warm shutdown (running and prefetched tasks each run
+once), payloads Celery did not publish (dead with the reason, the worker runs on), revoke(),
+chord_unlock's retries, settings and roles refused at start, inspect/events refused, a NOTIFY
+waking an idle worker, a worker killed while holding prefetched messages, and the database
+restarting under a running worker.
 """
 import datetime as dt
 import os
@@ -28,6 +32,9 @@ def setUpModule():
                 " at timestamptz DEFAULT clock_timestamp())")
     os.environ["JOBCAP_TEST_CONNINFO"] = server.conninfo
     os.environ["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "..", ".."), HERE])
+    results = os.path.join(server.dir, "results")
+    os.mkdir(results)
+    os.environ["JOBCAP_TEST_RESULTS"] = "file://" + results
     import celery_app as app  # reads JOBCAP_TEST_CONNINFO
     celery_app = app
 
@@ -50,14 +57,15 @@ class Worker:
 
     all = []
 
-    def __init__(self, concurrency=2, prefetch=1, lease=3, name="w"):
+    def __init__(self, concurrency=2, prefetch=1, lease=3, name="w", flags=(
+            "--without-gossip", "--without-mingle", "--without-heartbeat"), env=None):
         Worker.all.append(self)
-        env = dict(os.environ, JOBCAP_TEST_PREFETCH=str(prefetch), JOBCAP_TEST_LEASE=str(lease))
+        env = dict(os.environ, JOBCAP_TEST_PREFETCH=str(prefetch), JOBCAP_TEST_LEASE=str(lease),
+                   **(env or {}))
         self.log = open(os.path.join(server.dir, f"celery-{name}-{time.time():.0f}.log"), "w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork",
-             "-c", str(concurrency), "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-l", "info", "-n", f"{name}@%h"],
+             "-c", str(concurrency), *flags, "-l", "info", "-n", f"{name}@%h"],
             cwd=HERE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True)
 
@@ -150,12 +158,26 @@ class CeleryWorkerTest(unittest.TestCase):
                              " = 'celery_app.flaky' AND job_id <> %s AND state <> 'succeeded'",
                              (job_id,)), [(0,)])
 
-    def test_time_limit_exceeded(self):
-        # Celery kills the pool process and reports TimeLimitExceeded, a final failure: dead now,
-        # never completed; the history says why.
-        job_id = self.settled(celery_app.slow.delay("stuck"), timeout=30)
-        self.assertEqual(state(job_id), ("dead", 1, 1))
-        self.assertIn("time limit", history(job_id)[-1][2])
+    def test_hard_time_limit_is_a_counted_attempt_retried_until_the_cap(self):
+        # Celery kills the pool process at the hard limit, as the postmortem's timeout did: each
+        # time counts as an attempt, retried until the cap (as a SIGKILL is), never completed;
+        # the history says "time limit" at each attempt.
+        job_id = self.settled(celery_app.slow.delay("stuck"), timeout=40)
+        self.assertEqual(state(job_id), ("dead", 3, 3))
+        rows = history(job_id)
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "crashed"), (2, "crashed"),
+                                                        (3, "crashed")])
+        for _, _, error in rows:
+            self.assertIn("hard time limit (1 s) exceeded", error)
+
+    def test_soft_time_limit_is_a_counted_attempt_retried_until_the_cap(self):
+        job_id = self.settled(celery_app.soft.delay("slowish"), timeout=40)
+        self.assertEqual(state(job_id), ("dead", 3, 3))
+        rows = history(job_id)
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "error"), (2, "error"),
+                                                        (3, "error")])
+        for _, _, error in rows:
+            self.assertIn("soft time limit (0.5 s) exceeded", error)
 
     def test_child_sigkilled_every_attempt_dies_at_its_cap(self):
         job_id = self.settled(celery_app.suicide.delay("corrupt.mp4"), timeout=60)
@@ -190,6 +212,81 @@ class CeleryWorkerTest(unittest.TestCase):
         self.assertEqual(state(job_id)[0], "dead")
         self.assertIn("acks_late must be True", history(job_id)[-1][2])
         self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,)), [(0,)])
+
+
+def ensure_queue(queue="celery"):
+    if not sql("SELECT 1 FROM jobcap.queues WHERE queue = %s", (queue,)):
+        # as the transport creates it (celery_app's transport options)
+        sql("SELECT jobcap.create_queue(%s, 3, '3 s', '0', '0')", (queue,))
+
+
+def enqueue(payload, queue="celery"):
+    """A job put on a Celery queue by something other than Celery (SQL, a scheduler)."""
+    ensure_queue(queue)
+    return sql("SELECT jobcap.enqueue_job(%s, %s::jsonb)", (queue, payload))[0][0]
+
+
+def kombu_message(body, content_type="application/json", headers=None, encoding="base64"):
+    """A kombu message as the transport stores it, with a body of our choosing."""
+    import base64
+    import json
+    raw = base64.b64encode(body.encode()).decode() if encoding == "base64" else body
+    return json.dumps({"body": raw, "content-type": content_type, "content-encoding": "utf-8",
+                       "headers": headers if headers is not None else {
+                           "id": "foreign-1", "task": "celery_app.ok", "retries": 0},
+                       "properties": {"body_encoding": encoding, "priority": 0,
+                                      "delivery_info": {"exchange": "", "routing_key": "celery"}}})
+
+
+class ForeignPayloadTest(unittest.TestCase):
+    """Jobs on a Celery queue that Celery did not publish: each is dead at once with the reason,
+    the worker keeps running, and a good task beside them runs."""
+
+    CASES = {
+        "empty object": ("{}", "not a kombu message"),
+        "plain object": ('{"a": 1}', "not a kombu message"),
+        "schedule_job payload": ('{"task": "celery_app.ok", "args": ["scheduled"]}',
+                                 "not a kombu message"),
+        "array": ("[1, 2]", "a JSON array"),
+        "string": ('"text"', "a JSON string"),
+        "number": ("42", "a JSON number"),
+        "null": ("null", "JSON null"),
+        "body not a string": ('{"body": 5, "content-type": "application/json",'
+                              ' "content-encoding": "utf-8", "headers": {}, "properties": {}}',
+                              "body"),
+        "headers not an object": ('{"body": "", "content-type": "application/json",'
+                                  ' "content-encoding": "utf-8", "headers": [1],'
+                                  ' "properties": {}}', "headers"),
+        "bad base64": (kombu_message("", encoding="base64").replace('"body": ""',
+                                                                     '"body": "%%%"'),
+                       "base64"),
+        "body not JSON": (kombu_message("not json"), "does not decode"),
+        "no task name": (kombu_message('[["x"], {}, {}]', headers={"id": "foreign-2"}),
+                         "no task name"),
+        "pickle not accepted": (kombu_message("x", content_type="application/x-python-serialize"),
+                                "accept_content"),
+    }
+
+    def test_foreign_payloads_are_dead_with_the_reason_and_the_worker_runs_on(self):
+        job_ids = {name: enqueue(payload) for name, (payload, _) in self.CASES.items()}
+        good = celery_app.ok.delay("beside the foreign ones")
+        worker = Worker(concurrency=2, name="foreign")
+        try:
+            good_id = wait_for(lambda: job_of(good.id))
+            wait_for(lambda: all(state(j)[0] in ("dead", "succeeded")
+                                 for j in list(job_ids.values()) + [good_id]), timeout=30,
+                     what="every job settled")
+            for name, job_id in job_ids.items():
+                with self.subTest(name):
+                    self.assertEqual(state(job_id), ("dead", 1, 1))
+                    (attempt, kind, error), = history(job_id)
+                    self.assertIn("refused by the jobcap transport", error)
+                    self.assertIn(self.CASES[name][1], error)
+            self.assertEqual(state(good_id), ("succeeded", 1, 3))
+            self.assertIsNone(worker.proc.poll(), worker.output()[-3000:])
+            self.assertNotIn("Unrecoverable error", worker.output())
+        finally:
+            worker.stop()
 
 
 class CeleryScenarioTest(unittest.TestCase):
@@ -241,6 +338,160 @@ class CeleryScenarioTest(unittest.TestCase):
         with self.assertRaises(psycopg.Error) as caught:
             sql("SELECT jobcap.complete_job(%s, %s)", (job_id, fence))
         self.assertEqual(caught.exception.sqlstate, "JC001")
+
+    def test_warm_shutdown_acks_what_finished(self):
+        # SIGTERM while two tasks run: Celery waits for them (warm shutdown); each is
+        # completed at attempt 1 and a worker started afterwards runs neither again.
+        first = self.start(concurrency=2, prefetch=1, lease=3, name="warm")
+        tasks = [celery_app.marked.delay(f"warm{i}", 2.0) for i in range(2)]
+        job_ids = [wait_for(lambda t=t: job_of(t.id)) for t in tasks]
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what LIKE '%% started'", (job_ids,))[0][0] == 2, timeout=30)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0, first.output()[-3000:])
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3), first.output()[-3000:])
+        self.start(concurrency=2, prefetch=1, lease=3, name="after-warm")
+        time.sleep(3 * 2)   # longer than the lease: a lapsed one would have been re-run
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3))
+            self.assertEqual(history(job_id), [])
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)", (job_ids,)),
+                         [(4,)])
+
+    def test_warm_shutdown_with_prefetched_tasks(self):
+        # One process, prefetch 4: at SIGTERM one task runs and three wait in the worker. The
+        # running one is completed once; the waiting ones either ran before the worker left
+        # or are given back uncounted (release_job), for the next worker at once.
+        first = self.start(concurrency=1, prefetch=4, lease=30, name="warm-prefetch")
+        tasks = [celery_app.marked.delay(f"warmpre{i}", 1.0) for i in range(4)]
+        job_ids = [wait_for(lambda t=t: job_of(t.id)) for t in tasks]
+        wait_for(lambda: sql("SELECT count(*) FROM jobcap.jobs WHERE job_id = ANY(%s)"
+                             " AND state = 'running'", (job_ids,))[0][0] == 4, timeout=30)
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what LIKE '%% started'", (job_ids,))[0][0] >= 1, timeout=30)
+        first.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(first.proc.wait(30), 0, first.output()[-3000:])
+        states = {j: state(j) for j in job_ids}
+        for job_id, st in states.items():
+            self.assertIn(st, (("succeeded", 1, 3), ("pending", 0, 3)), first.output()[-3000:])
+        self.start(concurrency=2, prefetch=1, lease=30, name="after-warm-prefetch")
+        wait_for(lambda: all(state(j)[0] == "succeeded" for j in job_ids), timeout=20,
+                 what="the given-back tasks run at once, not after a 30 s lease")
+        for job_id in job_ids:
+            self.assertEqual(state(job_id), ("succeeded", 1, 3))
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = ANY(%s)"
+                             " AND what NOT LIKE '%% started'", (job_ids,)), [(4,)])
+
+    def test_a_queue_with_notify_wakes_an_idle_worker_at_once(self):
+        ensure_queue("celery")
+        sql("SELECT jobcap.alter_queue('celery', notify => true)")
+        self.addCleanup(sql, "SELECT jobcap.alter_queue('celery', notify => false)")
+        w = self.start(name="notified", env={"JOBCAP_TEST_POLL": "10"})
+        wait_for(lambda: "ready." in w.output(), timeout=30)
+        time.sleep(1)
+        for i in range(3):
+            t0 = time.monotonic()
+            job_id = wait_for(lambda: job_of(celery_app.ok.delay(f"notified{i}").id))
+            wait_for(lambda: state(job_id)[0] == "succeeded", timeout=15)
+            # polling every 10 s, the worker took it within 1.5 s of the NOTIFY
+            self.assertLess(time.monotonic() - t0, 1.5, w.output()[-2000:])
+
+    def test_revoke_cancels_a_waiting_task(self):
+        result = celery_app.ok.apply_async(("revoked while waiting",), countdown=3)
+        job_id = wait_for(lambda: job_of(result.id))
+        self.start(concurrency=2, name="revoke")
+        result.revoke()
+        self.assertEqual(state(job_id)[0], "cancelled")
+        time.sleep(4)   # past its countdown: nobody runs it
+        self.assertEqual(state(job_id), ("cancelled", 0, 3))
+        self.assertEqual(sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,)),
+                         [(0,)])
+
+    def test_revoke_of_a_running_task_refuses_its_fenced_effects(self):
+        w = self.start(concurrency=2, name="revoke-running")
+        result = celery_app.marked.delay("revoked while running", 2.0)
+        job_id = wait_for(lambda: job_of(result.id))
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,))[0][0],
+                 timeout=20)
+        result.revoke()
+        time.sleep(4)
+        self.assertEqual(state(job_id)[0], "cancelled", w.output()[-3000:])
+        # only the unfenced "started" row: the effect under assert_fence was refused
+        self.assertEqual(sql("SELECT what FROM effects WHERE job_id = %s", (job_id,)),
+                         [("revoked while running started",)])
+        # the refused completion stopped nothing: the worker runs the next task
+        after = wait_for(lambda: job_of(celery_app.ok.delay("after the revoke").id))
+        wait_for(lambda: state(after)[0] == "succeeded", timeout=20)
+        self.assertIsNone(w.proc.poll())
+
+    def test_chord_unlock_retries_do_not_use_up_a_cap(self):
+        # celery.chord_unlock retries every second until the chord's header is done: five
+        # seconds of header is more retries than the queue's cap of 3.
+        from celery import chord
+        self.start(concurrency=3, name="chord")
+        result = chord([celery_app.sleepy.s(f"header{i}", 5.0) for i in range(2)])(
+            celery_app.chord_done.s())
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE what LIKE 'chord done: %%'"
+                             )[0][0] == 1, timeout=40, what="the chord's callback ran")
+        unlocks = sql("SELECT state::text, attempts FROM jobcap.jobs"
+                      " WHERE payload->'headers'->>'task' = 'celery.chord_unlock'")
+        self.assertGreater(len(unlocks), 3, unlocks)
+        self.assertEqual({s for s, _ in unlocks}, {"succeeded"})
+        self.assertEqual({a for _, a in unlocks}, {1})
+        self.assertIsNotNone(result)
+
+    def test_remote_control_and_task_events_are_refused_at_start(self):
+        probe = wait_for(lambda: job_of(celery_app.ok.delay("probe").id))
+        for why, kw in (("worker_enable_remote_control",
+                         {"env": {"JOBCAP_TEST_REMOTE_CONTROL": "1"}}),
+                        ("worker_send_task_events", {"flags": ("--without-heartbeat", "-E")}),
+                        ("task_acks_late", {"env": {"JOBCAP_TEST_ACKS_EARLY": "1"}})):
+            with self.subTest(why):
+                w = self.start(name="refused", **kw)
+                code = w.proc.wait(30)
+                self.assertNotEqual(code, 0)
+                self.assertRegex(w.output(), f"{why} must be (False|True)")
+                self.assertEqual(state(probe), ("pending", 0, 3))   # it took nothing
+
+    def test_a_worker_role_without_its_grant_is_refused_at_start(self):
+        sql("DO $$BEGIN CREATE ROLE celery_worker LOGIN IN ROLE jobcap_worker;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+        sql("GRANT INSERT ON effects TO celery_worker")   # what the task writes
+        probe = wait_for(lambda: job_of(celery_app.ok.delay("waits for a grant").id))
+        as_role = server.conninfo.replace("user=postgres", "user=celery_worker")
+        w = self.start(name="ungranted", env={"JOBCAP_TEST_CONNINFO": as_role})
+        self.assertNotEqual(w.proc.wait(30), 0)
+        self.assertIn("jobcap.grant_queue('celery', 'celery_worker')", w.output())
+        self.assertEqual(state(probe), ("pending", 0, 3))   # nothing taken, nothing lost
+        sql("SELECT jobcap.grant_queue('celery', 'celery_worker')")
+        self.start(name="granted", env={"JOBCAP_TEST_CONNINFO": as_role})
+        wait_for(lambda: state(probe)[0] == "succeeded", timeout=30)
+        self.assertEqual(state(probe), ("succeeded", 1, 3))
+
+    def test_inspect_and_events_monitor_are_refused_with_the_reason(self):
+        env = dict(os.environ)
+        for args, says in ((["inspect", "ping", "-t", "2"], "remote control"),
+                           (["control", "shutdown"], "remote control"),
+                           (["events", "--dump"], "events")):
+            with self.subTest(args[0]):
+                done = subprocess.run([sys.executable, "-m", "celery", "-A", "celery_app", *args],
+                                      cwd=HERE, env=env, capture_output=True, text=True,
+                                      timeout=60)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(says, done.stdout + done.stderr)
+        self.assertEqual(sql("SELECT queue FROM jobcap.queues WHERE queue LIKE '%%pidbox'"
+                             " OR queue LIKE 'celeryev%%'"), [])
+
+    def test_a_default_worker_creates_no_queue_for_its_events(self):
+        # Celery's worker heartbeats are events: nobody can receive them here, and they must
+        # not fill queues named by their routing keys (worker.heartbeat, worker.online).
+        w = self.start(name="heartbeats", flags=())
+        job_id = wait_for(lambda: job_of(celery_app.ok.delay("beside heartbeats").id))
+        wait_for(lambda: state(job_id)[0] == "succeeded", timeout=20)
+        time.sleep(3)
+        self.assertEqual(sql("SELECT queue FROM jobcap.queues WHERE queue LIKE 'worker.%%'"), [])
+        self.assertIsNone(w.proc.poll())
 
     def test_broker_restart(self):
         w = self.start(concurrency=2, prefetch=1, name="restart")

@@ -187,10 +187,146 @@ class KombuTest(unittest.TestCase):
         m.ack()   # the running one settles normally
         self.assertEqual(job(m.headers["jobcap_job_id"])[0], "succeeded")
 
+    def test_foreign_payloads_are_dead_and_the_next_message_comes(self):
+        self.queue.put({"warm": "up"})   # declares (creates) the queue
+        self.queue.get(timeout=5).ack()
+        foreign = [sql("SELECT jobcap.enqueue_job(%s, %s::jsonb)", (self.queue_name, p))[0][0]
+                   for p in ("{}", "[1]", '{"body": 1, "content-type": "x", "properties": {}}')]
+        self.queue.put({"good": True})
+        m = self.queue.get(timeout=5)
+        self.assertEqual(m.payload, {"good": True})
+        m.ack()
+        for job_id in foreign:
+            self.assertEqual(job(job_id), ("dead", 1, 1))
+            self.assertIn("not a kombu message", kinds(job_id)[0][2])
+
     def test_no_ack_consumers_are_refused(self):
-        with self.assertRaises(ValueError):
+        with self.assertRaises(jobcap.contrib.kombu.Unsupported) as caught:
             self.queue.consumer.channel.basic_consume(self.queue_name, True, lambda m: None,
                                                       "tag")
+        self.assertIn("no_ack=True", str(caught.exception))
+        self.assertNotIn("task_acks_late", str(caught.exception))
+
+
+class OptionsTest(unittest.TestCase):
+    def channel(self, **options):
+        conn = Connection("jobcap://", transport_options=dict(
+            {"conninfo": server.conninfo}, **options))
+        self.addCleanup(conn.release)
+        return conn.channel()
+
+    def test_bad_values_are_refused_with_the_option_named(self):
+        for option, value in (("visibility_timeout", 0), ("visibility_timeout", "soon"),
+                              ("backoff_base", -1), ("backoff_max", None),
+                              ("max_attempts", 0), ("max_attempts", 2.5),
+                              ("polling_interval", 0)):
+            with self.subTest(option=option, value=value):
+                with self.assertRaises(jobcap.contrib.kombu.InvalidOption) as caught:
+                    self.channel(**{option: value})
+                self.assertIn(f"transport option {option} must be", str(caught.exception))
+
+    def test_an_unknown_option_is_named_once(self):
+        log = logging.getLogger("jobcap.kombu")
+        with self.assertLogs(log, "WARNING") as said:
+            self.channel(max_attemps=3)
+            self.channel(max_attemps=3)
+        self.assertEqual(len(said.output), 1, said.output)
+        self.assertIn("unknown transport option(s) max_attemps", said.output[0])
+        self.assertIn("max_attempts", said.output[0])
+        with self.assertNoLogs(log, "WARNING"):
+            self.channel(max_attempts=3, visibility_timeout=30, polling_interval=0.5,
+                         max_retries=3)
+
+
+class RoleTest(unittest.TestCase):
+    """Missing grants get an error that names the grant, and lose nothing; transport options
+    that cannot apply say so once."""
+
+    @classmethod
+    def setUpClass(cls):
+        server.psql("CREATE ROLE app_worker LOGIN IN ROLE jobcap_worker;"
+                    " CREATE ROLE stranger LOGIN;"
+                    " SELECT jobcap.create_queue('owned', 7, '30 s', '1 s', '5 s');"
+                    " SELECT jobcap.create_queue('granted', 7);"
+                    " SELECT jobcap.grant_queue('granted', 'app_worker')")
+
+    def connect(self, role, **options):
+        conninfo = server.conninfo.replace("user=postgres", f"user={role}")
+        conn = Connection("jobcap://", transport_options=dict(
+            {"conninfo": conninfo, "polling_interval": 0.05}, **options))
+        self.addCleanup(conn.release)
+        return conn
+
+    def test_a_queue_not_granted(self):
+        before = sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'owned'")
+        conn = self.connect("app_worker")
+        # declaring it (a consumer, a SimpleQueue) and publishing to it without a declaration
+        with self.assertRaises(jobcap.contrib.kombu.AccessDenied) as caught:
+            conn.SimpleQueue("owned")
+        self.assertIn("jobcap.grant_queue('owned', 'app_worker')", str(caught.exception))
+        with self.assertRaises(jobcap.contrib.kombu.AccessDenied) as caught:
+            conn.Producer().publish({"n": 1}, routing_key="owned")
+        self.assertIn("jobcap.grant_queue('owned', 'app_worker')", str(caught.exception))
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'owned'"), before)
+
+    def test_a_role_without_jobcap_worker(self):
+        with self.assertRaises(jobcap.contrib.kombu.AccessDenied) as caught:
+            self.connect("stranger").SimpleQueue("granted")
+        self.assertIn("GRANT jobcap_worker TO stranger", str(caught.exception))
+
+    def test_purge_needs_the_operator_role(self):
+        with self.connect("app_worker").SimpleQueue("granted") as queue:
+            queue.put({"kept": True})
+            with self.assertRaises(PermissionError) as caught:
+                queue.clear()
+            self.assertIn("jobcap_operator", str(caught.exception))
+        self.assertGreaterEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'granted'"
+                                    " AND state = 'pending'")[0][0], 1)   # nothing deleted
+
+    def test_granted_later_nothing_was_lost(self):
+        sql("SELECT jobcap.create_queue('late')")
+        job_id = sql("SELECT jobcap.enqueue_job('late', %s::jsonb)",
+                     ('{"body": "e30=", "content-type": "application/json",'
+                      ' "content-encoding": "utf-8", "headers": {},'
+                      ' "properties": {"body_encoding": "base64"}}',))[0][0]
+        with self.assertRaises(jobcap.contrib.kombu.AccessDenied):
+            self.connect("app_worker").SimpleQueue("late")
+        self.assertEqual(job(job_id), ("pending", 0, 10))
+        sql("SELECT jobcap.grant_queue('late', 'app_worker')")
+        with self.connect("app_worker").SimpleQueue("late") as queue:
+            m = queue.get(timeout=5)
+            self.assertEqual(m.headers["jobcap_job_id"], job_id)
+            m.ack()
+        self.assertEqual(job(job_id), ("succeeded", 1, 10))
+
+    def test_options_for_an_existing_queue_say_so_once(self):
+        log = logging.getLogger("jobcap.kombu")
+        # the owner's role reads the queue's settings: only the ones that differ are named
+        with self.assertLogs(log, "WARNING") as said:
+            for _ in range(2):
+                with self.connect("postgres", max_attempts=3, backoff_base=1).SimpleQueue(
+                        "owned") as queue:
+                    queue.put({"n": 1})
+        self.assertEqual(len(said.output), 1, said.output)
+        self.assertIn("max_attempts=7", said.output[0])
+        self.assertIn("jobcap.alter_queue('owned', max_attempts => 3)", said.output[0])
+        self.assertNotIn("backoff_base", said.output[0])   # 1 s is what it has
+        # a worker role may not read them: it says they may not apply, once
+        with self.assertLogs(log, "WARNING") as said:
+            for _ in range(2):
+                with self.connect("app_worker", max_attempts=3).SimpleQueue(
+                        "granted") as queue:
+                    queue.put({"n": 1})
+        self.assertEqual(len(said.output), 1, said.output)
+        self.assertIn("may not apply to queue 'granted'", said.output[0])
+        # options equal to the queue's, or none given: nothing is said
+        with self.assertNoLogs(log, "WARNING"):
+            with self.connect("postgres", max_attempts=7).SimpleQueue("owned2") as queue:
+                queue.put({"n": 1})   # created here with them
+            with self.connect("postgres", max_attempts=7).SimpleQueue("owned2") as queue:
+                queue.put({"n": 2})
+            with self.connect("app_worker").SimpleQueue("granted") as queue:
+                queue.put({"n": 3})
 
 
 if __name__ == "__main__":
