@@ -6,4 +6,4 @@ database role may) and include ``jobcap.contrib.admin.urls`` before the admin's 
     path("admin/jobcap/", include("jobcap.contrib.admin.urls")),
     path("admin/", admin.site.urls),
 """
-default_app_config = "jobcap.contrib.admin.apps.JobcapAdminConfig"
+
