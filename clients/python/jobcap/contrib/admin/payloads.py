@@ -5,9 +5,10 @@ Nothing here runs code from a payload. Two kinds are decoded:
 * Django-Q's package (``{"package": "..."}``, jobcap.contrib.django_q) is a pickle signed by
   django_q.signing with SECRET_KEY and the cluster's name as salt (the jobcap queue's name).
   The signature is checked first (HMAC; nothing is decompressed or parsed before that), and the
-  pickle is then read by an unpickler that imports nothing: every class it names becomes an
-  inert stand-in that shows its name, and a few value types (dates, decimals, UUIDs) are built
-  as themselves. A package that does not verify is shown as such, not decoded.
+  pickle is then read by an unpickler that imports nothing: every class or function it names
+  becomes an inert stand-in that keeps what the pickle gives it and shows its name (a Django
+  model instance shows as <app.Model pk>), and a few value types (dates, times, decimals) are
+  built as themselves. A package that does not verify is shown as such, not decoded.
 * A kombu message (``{"body": ..., "headers": ...}``, jobcap.contrib.kombu) names its Celery
   task in its headers, with Celery's own ``argsrepr``/``kwargsrepr`` (which an application may
   have set to hide arguments: they are preferred to the body). Without them a JSON body
@@ -38,15 +39,6 @@ _repr.maxother = 60
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 6
 _repr.maxlevel = 3
 
-# Value types built as themselves: their constructors only make values.
-_VALUES = {
-    ("datetime", "datetime"): datetime.datetime, ("datetime", "date"): datetime.date,
-    ("datetime", "time"): datetime.time, ("datetime", "timedelta"): datetime.timedelta,
-    ("datetime", "timezone"): datetime.timezone, ("decimal", "Decimal"): decimal.Decimal,
-    ("uuid", "UUID"): uuid.UUID,
-}
-
-
 class _StandIn:
     """An object of a class the page does not import: it keeps what the pickle gave it."""
 
@@ -71,6 +63,9 @@ class _StandIn:
                 self._state, dict) else None
             label = ".".join(model) if isinstance(model, tuple) else _repr.repr(model)
             return f"<{label} {pk!r}>" if pk is not None else f"<{label}>"
+        if self._name == "uuid.UUID" and isinstance(self._state, dict) and isinstance(
+                self._state.get("int"), int):
+            return repr(uuid.UUID(int=self._state["int"]))
         if self._args:
             return f"{self._name}({', '.join(_repr.repr(a) for a in self._args)})"
         if isinstance(self._state, dict):
@@ -82,6 +77,26 @@ class _StandIn:
 
 def _stand_in(module: str, name: str) -> type:
     return type(name, (_StandIn,), {"_name": f"{module}.{name}"})
+
+
+def _value(module: str, name: str, make) -> type:
+    """A value type built as itself (its constructor only makes a value), or as a stand-in
+    when its arguments are stand-ins (a datetime whose tzinfo is of an unknown class)."""
+
+    def __new__(cls, *args, **kwargs):
+        try:
+            return make(*args)      # not an instance of cls: __init__ is not called
+        except Exception:
+            return _StandIn.__new__(cls, *args)
+    return type(name, (_StandIn,), {"_name": f"{module}.{name}", "__new__": __new__})
+
+
+_VALUES = {(m, n): _value(m, n, make) for m, n, make in (
+    ("datetime", "datetime", datetime.datetime), ("datetime", "date", datetime.date),
+    ("datetime", "time", datetime.time), ("datetime", "timedelta", datetime.timedelta),
+    ("datetime", "timezone", datetime.timezone), ("decimal", "Decimal", decimal.Decimal),
+    ("pytz", "_UTC", lambda: datetime.timezone.utc),        # Django 3.2's timezone.utc
+)}
 
 
 class _Unpickler(pickle.Unpickler):
@@ -137,7 +152,13 @@ def django_q_task(package: str, salts) -> Optional[dict]:
 
 
 def describe(payload, queue: str = "") -> dict:
-    """{"kind", "task", "args", "note"} for a job's payload (see the module's documentation)."""
+    """{"kind", "task", "args", "note"} for a job's payload (see the module's documentation):
+    a decoded jsonb, or its text (Django's PostgreSQL backend does not decode jsonb)."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return {"kind": "json", "task": "", "args": _cut(payload), "note": ""}
     if isinstance(payload, dict) and set(payload) == {"package"}:
         return _django_q(payload["package"], queue)
     if isinstance(payload, dict) and "body" in payload and isinstance(payload.get("headers"),
