@@ -6,7 +6,7 @@ def ok(x):
     return x * 2
 
 
-def boom(what):
+def boom(what, *more, **options):
     raise ValueError(f"cannot process {what}")
 
 

@@ -242,6 +242,48 @@ class ResubmitTest(unittest.TestCase):
         self.assertEqual(len(jobs_of(queue)), len(before) + 1)
 
 
+class PermissionsTest(unittest.TestCase):
+    """Staff users see the page with DeadJob's view permission; requeue and purge need its
+    change permission; without either the page is refused (and not on the admin index)."""
+
+    def test_permissions(self):
+        sql("SELECT jobcap.create_queue('perm', max_attempts => 1)")
+        job_id = sql("SELECT jobcap.enqueue_job('perm', '{}')")[0][0]
+        sql("SELECT jobcap.fail_job(job_id, fence, 'x') FROM jobcap.claim_job('perm', 't')")
+        got = django_json(f"""
+            import json
+            from django.contrib.auth.models import Permission, User
+            from django.test import Client
+            from django.test.utils import setup_test_environment
+            setup_test_environment()
+            out = {{}}
+            for name, perms in (('nobody', []), ('viewer', ['view_deadjob']),
+                                ('changer', ['view_deadjob', 'change_deadjob'])):
+                user = User.objects.create_user(name, password='pw', is_staff=True)
+                user.user_permissions.set(Permission.objects.filter(codename__in=perms))
+                client = Client()
+                client.login(username=name, password='pw')
+                page = client.get('/admin/jobcap_admin/deadjob/?queue=perm')
+                index = client.get('/admin/')
+                post = client.post('/admin/jobcap_admin/deadjob/requeue/',
+                                   {{'job': ['{job_id}'], 'reason': name, 'queue': 'perm'}})
+                out[name] = dict(page=page.status_code, post=post.status_code,
+                                 checkbox='id="select-{job_id}"' in page.content.decode(),
+                                 linked='/admin/jobcap_admin/deadjob/' in index.content.decode())
+            print(json.dumps(out))
+            """)
+        self.assertEqual(got["nobody"], {"page": 403, "post": 403, "checkbox": False,
+                                         "linked": False})
+        self.assertEqual(got["viewer"], {"page": 200, "post": 403, "checkbox": False,
+                                         "linked": True})
+        self.assertEqual(got["changer"], {"page": 200, "post": 302, "checkbox": True,
+                                          "linked": True})
+        self.assertEqual(sql("SELECT state::text FROM jobcap.jobs WHERE job_id = %s",
+                             (job_id,)), [("pending",)])
+        self.assertEqual(sql("SELECT error FROM jobcap.job_errors WHERE job_id = %s"
+                             " AND kind = 'requeued'", (job_id,)), [("changer (by changer)",)])
+
+
 class UnprivilegedRoleTest(unittest.TestCase):
     """A site whose database role is a worker role, not an operator: the page says what the
     DBA grants; Resubmit refuses (it would otherwise make a job with a fresh budget)."""
