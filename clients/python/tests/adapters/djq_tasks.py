@@ -1,4 +1,4 @@
-"""Tasks for the Django-Q cluster test."""
+"""Tasks for the Django-Q cluster test, and a probe of its status."""
 import time
 
 
@@ -12,3 +12,10 @@ def boom(what, *more, **options):
 
 def hang(seconds):
     time.sleep(seconds)
+
+
+def cluster_stats():
+    """What qinfo and qmonitor read (Stat.get_all), as JSON: [[status, workers, id hex]]."""
+    import json
+    from django_q.status import Stat
+    return json.dumps([[str(s.status), len(s.workers), s.cluster_id.hex] for s in Stat.get_all()])
