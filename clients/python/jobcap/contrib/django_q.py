@@ -75,6 +75,15 @@ _OWN_PID = 0
 # would end the parent's session on the shared socket).
 _INHERITED: List[psycopg.Connection] = []
 
+QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
+# Whether the role may create queues (create_queue is an operator's function): asked first, so
+# that a worker role's process does not leave a permission error in the server's log.
+MAY_MANAGE_QUEUES = (
+    "SELECT pg_catalog.pg_has_role('jobcap_operator', 'USAGE') OR r.rolsuper"
+    "    OR pg_catalog.pg_has_role(c.relowner, 'USAGE')"
+    "  FROM pg_catalog.pg_roles r, pg_catalog.pg_class c"
+    " WHERE r.rolname = current_user AND c.oid = 'jobcap.queues'::pg_catalog.regclass")
+
 STAT_TABLE = "jobcap_django_q_stat"
 STAT_PRUNE_EVERY = 60.0     # seconds between two prunings of expired statistics, per process
 
@@ -183,16 +192,35 @@ class Broker(BaseBroker):
             raise
 
     def _ensure_queue(self) -> None:
+        """Creates the queue with the Q_CLUSTER "jobcap" options when the role may (an
+        operator, the owner or a superuser) and it is missing; says once when options given
+        there differ from an existing queue's, which are the ones that apply."""
         if self.list_key in self._created or options().get("create_queues") is False:
             return
+        self._created.add(self.list_key)
         o = options()
+        if not self._run(MAY_MANAGE_QUEUES).fetchone()[0]:
+            if any(k in o for k in QUEUE_OPTIONS):
+                log.info("jobcap: queue %r is made and set by the DBA (this role may not "
+                         "create or alter queues): Q_CLUSTER['jobcap'] %s do not apply",
+                         self.list_key, ", ".join(k for k in QUEUE_OPTIONS if k in o))
+            return
+        wanted = (o.get("max_attempts"), _interval(o.get("backoff_base", 10)),
+                  _interval(o.get("backoff_max", 3600)))
         try:
             self._run("SELECT jobcap.create_queue(%s, %s, %s, %s, %s)",
-                      (self.list_key, o.get("max_attempts"), _interval(Conf.RETRY),
-                       _interval(o.get("backoff_base", 10)), _interval(o.get("backoff_max", 3600))))
-        except (psycopg.errors.DuplicateObject, psycopg.errors.InsufficientPrivilege):
+                      (self.list_key, wanted[0], _interval(Conf.RETRY), *wanted[1:]))
+            return
+        except psycopg.errors.DuplicateObject:
             pass
-        self._created.add(self.list_key)
+        row = self._run("SELECT max_attempts, backoff_base, backoff_max FROM jobcap.queues"
+                        " WHERE queue = %s", (self.list_key,)).fetchone()
+        differ = [f"{k} {w} (the queue's: {h})"
+                  for k, w, h in zip(QUEUE_OPTIONS, wanted, row or ()) if k in o and w != h]
+        if differ:
+            log.warning("jobcap: queue %r exists, and its settings apply, not Q_CLUSTER['jobcap']"
+                        "'s %s: jobcap.alter_queue changes the queue's", self.list_key,
+                        ", ".join(differ))
 
     # --- the broker -----------------------------------------------------------------------------
 

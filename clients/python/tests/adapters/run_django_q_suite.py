@@ -14,12 +14,12 @@ table of each test's outcome per run.
 
 The jobcap suite then runs a second time against the same server (not with --once), as a
 developer runs it twice in a row: the second run's pytest-django drops the first run's test
-database and creates it again. That drop waits on jobcap's background worker, which keeps a connection to every database with
-jobcap (jobcap.database = '*') and does not let go of one being dropped: the second run fails
-with 'database "..." is being accessed by other users'. SECOND_RUN_FAILS_UNTIL_WORKER_FIX marks
-that as expected (the run stops at its first failure, and only that failure is accepted); once
-the background worker leaves a database that is being dropped, the second run passes, and this
-script fails until the mark is set to False.
+database and creates it again. That drop waits on jobcap's background worker, which keeps a
+connection to every database with jobcap (jobcap.database = '*') and does not let go of one
+being dropped: the second run fails with 'database "..." is being accessed by other users'.
+SECOND_RUN_FAILS_UNTIL_WORKER_FIX marks that as expected (the run stops at its first failure,
+and only that failure is accepted); once the background worker leaves a database that is being
+dropped, the second run passes, and this script fails until the mark is set to False.
 """
 import argparse
 import json

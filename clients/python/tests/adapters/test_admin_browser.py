@@ -200,7 +200,7 @@ class AdminBrowserTest(unittest.TestCase):
 
     def open_queue(self, queue):
         self.browser.get(f"{self.base}{PAGE}?queue={queue}")
-        wait_for(lambda: f"Dead jobs of" in self.browser.page_source, timeout=15,
+        wait_for(lambda: "Dead jobs of" in self.browser.page_source, timeout=15,
                  what=f"the page of {queue}")
 
     def assert_fits(self):
@@ -208,11 +208,13 @@ class AdminBrowserTest(unittest.TestCase):
         overflow = self.browser.execute_script("""
             const doc = document.documentElement;
             const out = [];
-            if (doc.scrollWidth > doc.clientWidth) out.push('page ' + doc.scrollWidth + ' > ' + doc.clientWidth);
+            if (doc.scrollWidth > doc.clientWidth)
+              out.push('page ' + doc.scrollWidth + ' > ' + doc.clientWidth);
             for (const table of document.querySelectorAll('.jobcap table')) {
               const right = table.getBoundingClientRect().right;
               for (const cell of table.querySelectorAll('td')) {
-                if (cell.getBoundingClientRect().right > right + 1 || cell.scrollWidth > cell.clientWidth + 1)
+                if (cell.getBoundingClientRect().right > right + 1
+                    || cell.scrollWidth > cell.clientWidth + 1)
                   out.push(table.id + ': ' + cell.textContent.trim().slice(0, 40));
               }
             }

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import unittest
 
 import psycopg

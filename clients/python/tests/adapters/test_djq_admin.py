@@ -83,7 +83,7 @@ class PayloadsTest(unittest.TestCase):
             from django.contrib.auth.models import User
             from django_q.conf import Conf
             from django_q import core_signing
-            from django_q.signing import SignedPackage
+            from django_q.signing import PickleSerializer, SignedPackage
             from django_q.tasks import async_task
             from jobcap.contrib.admin.payloads import describe
             user = User.objects.get(username='ops')
@@ -107,7 +107,7 @@ class PayloadsTest(unittest.TestCase):
                 Conf.PREFIX)
             out['djq_other_key'] = describe({{'package': core_signing.dumps(
                 {{'id': 'x'}}, key='another key', salt=Conf.PREFIX,
-                serializer=__import__('django_q.signing').signing.PickleSerializer)}},
+                serializer=PickleSerializer)}},
                 Conf.PREFIX)
 
             class Evil:
@@ -116,7 +116,7 @@ class PayloadsTest(unittest.TestCase):
             evil = core_signing.dumps({{'id': 'e', 'name': 'evil', 'func': 'math.floor',
                                        'args': (Evil(),), 'kwargs': {{}}}},
                                       key=Conf.SECRET_KEY, salt=Conf.PREFIX,
-                                      serializer=__import__('django_q.signing').signing.PickleSerializer)
+                                      serializer=PickleSerializer)
             out['evil'] = describe({{'package': evil}}, Conf.PREFIX)
             out['evil_ran'] = os.path.exists('{marker}')
 
@@ -124,7 +124,8 @@ class PayloadsTest(unittest.TestCase):
                 return {{'body': base64.b64encode(body).decode(), 'content-type': ctype,
                          'content-encoding': 'utf-8', 'headers': headers,
                          'properties': {{'body_encoding': 'base64'}}}}
-            out['celery'] = describe(kombu(json.dumps([['inv-7'], {{'retry': True}}, {{}}]).encode(),
+            out['celery'] = describe(kombu(json.dumps([['inv-7'], {{'retry': True}}, {{}}])
+                                           .encode(),
                                            task='billing.charge', id='1',
                                            argsrepr="('inv-7',)", kwargsrepr="{{'retry': True}}"))
             out['celery_masked'] = describe(kombu(json.dumps([['4111-1111'], {{}}, {{}}]).encode(),
@@ -184,7 +185,8 @@ class ResubmitTest(unittest.TestCase):
             from django.db import connection
             async_task('djq_tasks.boom', 'scan-7.pdf')
             with connection.cursor() as c:
-                c.execute("SELECT payload->>'package' FROM jobcap.jobs ORDER BY job_id DESC LIMIT 1")
+                c.execute("SELECT payload->>'package' FROM jobcap.jobs"
+                          " ORDER BY job_id DESC LIMIT 1")
                 task = SignedPackage.loads(c.fetchone()[0])
             Task.objects.create(id=task['id'], name=task['name'], func=task['func'],
                                 args=task['args'], kwargs=task['kwargs'], started=timezone.now(),
