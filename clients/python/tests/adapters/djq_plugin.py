@@ -16,7 +16,8 @@ never closes an in-memory SQLite connection): there they are saved where the tes
 and its last assertion (one Success row after SAVE_LIMIT is set to 1) holds. On PostgreSQL they
 are committed and counted, and Django-Q's pruning (one row per saved success) leaves 3. Run
 non-transactionally on PostgreSQL it fails on both as well ("connection already closed": the
-Sentinel closes the test's connection). Marked xfail (strict) with that reason.
+Sentinel closes the test's connection). Marked xfail (strict) with that reason, on both;
+djq_recycle_probe.py shows it (0 rows after the Sentinel on SQLite, 3 on PostgreSQL).
 
 Four tests test another of Django-Q's brokers, whichever broker the run is for: test_redis and
 test_custom (test_brokers.py) Django-Q's Redis broker (a Redis server at the suite's address,
@@ -67,6 +68,24 @@ def pytest_collection_modifyitems(items):
         marker = item.get_closest_marker("django_db")
         if marker is not None and not marker.kwargs.get("transaction"):
             item.add_marker(pytest.mark.django_db(transaction=True), append=False)
+
+
+@pytest.fixture(autouse=True)
+def _recycle_probe(request, monkeypatch):
+    """For djq_recycle_probe.py: how many Success rows the test's database holds right after
+    test_recycle's Sentinel ran (written to $JOBCAP_DJQ_RECYCLE_PROBE)."""
+    path = os.environ.get("JOBCAP_DJQ_RECYCLE_PROBE")
+    if path and request.node.name == "test_recycle":
+        from django_q.models import Success
+        sentinel = request.module.Sentinel
+
+        class Probed(sentinel):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                with open(path, "w") as f:
+                    f.write(str(Success.objects.count()))
+        monkeypatch.setattr(request.module, "Sentinel", Probed)
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -52,6 +52,12 @@ DATABASES = {
         "TEST": {"NAME": os.environ.get("JOBCAP_TEST_DATABASE")},
     }
 }
+if os.environ.get("JOBCAP_TEST_SQLITE"):
+    # djq_recycle_probe.py: Django-Q's own settings' database, for Django-Q's Redis broker only
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
+                             "NAME": os.environ["JOBCAP_TEST_SQLITE"]}}
+    INSTALLED_APPS = tuple(a for a in INSTALLED_APPS if a != "jobcap.contrib.admin")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -8,7 +8,8 @@ them: the jobcap broker must pass every test the Redis broker passes.
 --broker both (the default) runs Redis first, then jobcap, on one throwaway PostgreSQL server
 (a test database each), and fails when a test that passed on Redis did not pass on jobcap, or
 when either run has an unexpected outcome. Redis runs on a throwaway redis-server on 127.0.0.1
-(Debian's redis-server, installed with apt-get when missing and we are root). Prints pytest's
+(Debian's redis-server). Debian's redis-server and python3-croniter (test_scheduler.py's cron
+schedules) are installed with apt-get when missing and we are root. Prints pytest's
 summary with the reason of every skip and expected failure (-rsx, see djq_plugin.py) and a
 table of each test's outcome per run.
 
@@ -50,16 +51,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DEBIAN_PACKAGES = ("redis-server", "python3-croniter")
+
+
+def debian_packages():
+    missing = [p for p in DEBIAN_PACKAGES if subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True,
+        text=True).stdout != "install ok installed"]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(f"missing Debian packages: apt-get install {' '.join(missing)}")
+    subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True,
+                   env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                   stdout=subprocess.DEVNULL)
+
+
 class RedisServer:
     """A redis-server of its own on loopback, without persistence, removed at the end."""
 
     def __init__(self):
-        if not os.path.exists(REDIS_SERVER):
-            if os.geteuid() != 0:
-                raise RuntimeError("redis-server is needed: apt-get install redis-server")
-            subprocess.run(["apt-get", "install", "-y", "-q", "redis-server"], check=True,
-                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
-                           stdout=subprocess.DEVNULL)
         self.dir = tempfile.mkdtemp(prefix="jobcap-redis-")
         self.port = free_port()
         self.proc = subprocess.Popen(
@@ -145,6 +156,7 @@ def main() -> int:
     parser.add_argument("--once", action="store_true")
     args, pytest_args = parser.parse_known_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the servers on the way out
+    debian_packages()
     server = start_server(**{"jobcap.database": "'*'"})
     redis = None
     runs = {}
