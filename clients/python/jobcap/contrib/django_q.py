@@ -74,6 +74,8 @@ _OWN_PID = 0
 # Connections a forked process inherited: never used there, and never finalized (closing one
 # would end the parent's session on the shared socket).
 _INHERITED: List[psycopg.Connection] = []
+# (conninfo, queue) of the queues this process made sure of (Django-Q makes a broker per call).
+_ENSURED = set()
 
 QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
 # Whether the role may create queues (create_queue is an operator's function): asked first, so
@@ -163,7 +165,6 @@ class Broker(BaseBroker):
     def __init__(self, list_key: str = Conf.PREFIX):
         check_settings()
         self.alias = options().get("database", "default")
-        self._created = set()
         super().__init__(list_key=list_key)
 
     def __getstate__(self):
@@ -171,7 +172,6 @@ class Broker(BaseBroker):
 
     def __setstate__(self, state):
         self.list_key, self._info, self.alias = state
-        self._created = set()
         self.connection = self.get_connection(self.list_key)
         self.cache = self.get_cache()
 
@@ -195,11 +195,16 @@ class Broker(BaseBroker):
         """Creates the queue with the Q_CLUSTER "jobcap" options when the role may (an
         operator, the owner or a superuser) and it is missing; says once when options given
         there differ from an existing queue's, which are the ones that apply."""
-        if self.list_key in self._created or options().get("create_queues") is False:
+        key = (conninfo_of(self.alias), self.list_key)
+        if key in _ENSURED or options().get("create_queues") is False:
             return
-        self._created.add(self.list_key)
+        _ENSURED.add(key)
         o = options()
-        if not self._run(MAY_MANAGE_QUEUES).fetchone()[0]:
+        try:
+            may_manage = self._run(MAY_MANAGE_QUEUES).fetchone()[0]
+        except psycopg.errors.InsufficientPrivilege:
+            may_manage = False      # not even jobcap_worker: enqueue_job says what is missing
+        if not may_manage:
             if any(k in o for k in QUEUE_OPTIONS):
                 log.info("jobcap: queue %r is made and set by the DBA (this role may not "
                          "create or alter queues): Q_CLUSTER['jobcap'] %s do not apply",
@@ -210,6 +215,8 @@ class Broker(BaseBroker):
         try:
             self._run("SELECT jobcap.create_queue(%s, %s, %s, %s, %s)",
                       (self.list_key, wanted[0], _interval(Conf.RETRY), *wanted[1:]))
+            return
+        except psycopg.errors.InsufficientPrivilege:
             return
         except psycopg.errors.DuplicateObject:
             pass

@@ -286,6 +286,41 @@ class PermissionsTest(unittest.TestCase):
                              " AND kind = 'requeued'", (job_id,)), [("changer (by changer)",)])
 
 
+class BrokerQueueTest(unittest.TestCase):
+    """The broker makes its queue only where the role may; an existing queue's settings apply,
+    and Q_CLUSTER's jobcap options that differ are named once."""
+
+    ENQUEUE = ("from django_q.brokers import get_broker\n"
+               "from django_q.tasks import async_task\n"
+               "for _ in range(3):\n"
+               "    async_task('djq_tasks.ok', 1, broker=get_broker('{queue}'))\n")
+
+    def test_existing_queue_with_other_settings(self):
+        sql("SELECT jobcap.create_queue('opts', max_attempts => 7)")
+        err = django(self.ENQUEUE.format(queue="opts")).stderr
+        self.assertEqual(err.count("jobcap: queue 'opts' exists"), 1, err)
+        self.assertIn("jobcap: queue 'opts' exists, and its settings apply, not "
+                      "Q_CLUSTER['jobcap']'s max_attempts 5 (the queue's: 7), backoff_base "
+                      "0:00:00 (the queue's: 0:00:10), backoff_max 0:00:00 (the queue's: "
+                      "1:00:00): jobcap.alter_queue changes the queue's", err)
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'opts'"), [(3,)])
+
+    def test_worker_role_leaves_no_error_in_the_server_log(self):
+        sql("CREATE ROLE enqueuer LOGIN; GRANT jobcap_worker TO enqueuer;"
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO enqueuer")
+        sql("SELECT jobcap.create_queue('granted'); SELECT jobcap.grant_queue('granted', "
+            "'enqueuer')")
+        with open(os.path.join(server.dir, "log")) as f:
+            f.seek(0, os.SEEK_END)
+            out = django(self.ENQUEUE.format(queue="granted"),
+                         env=dict(ENV, JOBCAP_TEST_USER="enqueuer"))
+            log = f.read()
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'granted'"),
+                         [(3,)])
+        self.assertNotIn("ERROR", log)
+        self.assertNotIn("exists, and its settings apply", out.stderr)
+
+
 class UnprivilegedRoleTest(unittest.TestCase):
     """A site whose database role is a worker role, not an operator: the page says what the
     DBA grants; Resubmit refuses (it would otherwise make a job with a fresh budget)."""
