@@ -34,6 +34,18 @@ What each broker call does in jobcap:
   operator's function).
 * ``queue_size``/``lock_size``: ``queue_depth``; ``purge_queue``/``delete_queue``:
   ``purge_pending`` (pending jobs only; the queue itself stays).
+* ``set_stat``/``get_stat``/``get_stats`` (each cluster's status, which qinfo, qmonitor and
+  ``Cluster.stat`` read): rows of the table ``jobcap_django_q_stat`` that the migration of
+  ``jobcap.contrib.admin`` creates, with their expiry, so every process of every cluster sees
+  them with nothing to configure (CACHES may stay Django's per-process default). Without that
+  app installed, Django's cache keeps them, as for Django-Q's other brokers (a warning says so).
+
+Each task's job has the Django-Q task's id as its dedupe key, so the job of a failed task can
+be found again: Django-Q's "Resubmit" (the admin's action, see jobcap.contrib.admin) requeues
+that job, with its history and counters, instead of enqueueing a new one with a fresh budget.
+
+The broker's own connection is one per process and database; ``close_connections()`` closes
+it (a test run calls it before its test database is dropped).
 """
 from __future__ import annotations
 
@@ -42,7 +54,7 @@ import json
 import logging
 import os
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import psycopg
 
@@ -55,9 +67,27 @@ from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.django_q")
 
+# The broker's own autocommit connections of this process, per conninfo: Django-Q makes a
+# broker for nearly every call (get_broker()), and they share one.
+_OWN: Dict[str, psycopg.Connection] = {}
+_OWN_PID = 0
 # Connections a forked process inherited: never used there, and never finalized (closing one
 # would end the parent's session on the shared socket).
 _INHERITED: List[psycopg.Connection] = []
+# (conninfo, queue) of the queues this process made sure of (Django-Q makes a broker per call).
+_ENSURED = set()
+
+QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
+# Whether the role may create queues (create_queue is an operator's function): asked first, so
+# that a worker role's process does not leave a permission error in the server's log.
+MAY_MANAGE_QUEUES = (
+    "SELECT pg_catalog.pg_has_role('jobcap_operator', 'USAGE') OR r.rolsuper"
+    "    OR pg_catalog.pg_has_role(c.relowner, 'USAGE')"
+    "  FROM pg_catalog.pg_roles r, pg_catalog.pg_class c"
+    " WHERE r.rolname = current_user AND c.oid = 'jobcap.queues'::pg_catalog.regclass")
+
+STAT_TABLE = "jobcap_django_q_stat"
+STAT_PRUNE_EVERY = 60.0     # seconds between two prunings of expired statistics, per process
 
 CLAIM = ("SELECT job_id, fence, payload FROM jobcap.claim_job(%s, %s, %s, %s)")
 
@@ -82,27 +112,59 @@ def conninfo_of(alias: str) -> str:
 
 
 def check_settings() -> None:
-    """Refuses the Q_CLUSTER settings that would lose attempts (raises ImproperlyConfigured)."""
+    """Refuses the Q_CLUSTER settings that would lose attempts (raises ImproperlyConfigured).
+
+    Django-Q's ``sync`` (its mode for tests: a task runs in the caller, no broker involved) is
+    not among them: it bypasses every broker alike."""
     from django.core.exceptions import ImproperlyConfigured
     if Conf.TIMEOUT and Conf.RETRY and Conf.TIMEOUT >= Conf.RETRY:
         raise ImproperlyConfigured(
             f"jobcap: Q_CLUSTER timeout ({Conf.TIMEOUT}s) must be shorter than retry "
             f"({Conf.RETRY}s), the lease: a task still running when its lease lapses would run "
             "twice")
-    if Conf.SYNC:
-        raise ImproperlyConfigured("jobcap: Q_CLUSTER sync runs tasks without the broker; "
-                                   "use it only in tests that do not need jobcap")
+
+
+def _own(conninfo: str) -> psycopg.Connection:
+    """This process's autocommit connection to conninfo: claims and settles commit at once.
+
+    Django-Q forks its sentinel, pusher, monitor and workers: a child must not use (or close)
+    the parent's connections, so it opens its own and keeps the inherited ones referenced,
+    unused, for as long as it lives.
+    """
+    global _OWN_PID
+    if _OWN_PID != os.getpid():
+        _INHERITED.extend(_OWN.values())
+        _OWN.clear()
+        _OWN_PID = os.getpid()
+    conn = _OWN.get(conninfo)
+    if conn is None or conn.closed:
+        conn = _OWN[conninfo] = psycopg.connect(conninfo, autocommit=True,
+                                                application_name="jobcap django-q")
+    return conn
+
+
+def close_connections() -> None:
+    """Closes this process's broker connections (they are opened again when needed)."""
+    if _OWN_PID == os.getpid():
+        for conn in _OWN.values():
+            conn.close()
+    _OWN.clear()
+
+
+def _stats_in_database() -> bool:
+    from django.apps import apps
+    return apps.is_installed("jobcap.contrib.admin")
 
 
 class Broker(BaseBroker):
     """Django-Q's broker_class on jobcap (see the module's documentation)."""
 
+    _stats_warned = False
+    _stats_pruned = 0.0
+
     def __init__(self, list_key: str = Conf.PREFIX):
         check_settings()
         self.alias = options().get("database", "default")
-        self._claim_conn: Optional[psycopg.Connection] = None
-        self._claim_pid = 0
-        self._created = set()
         super().__init__(list_key=list_key)
 
     def __getstate__(self):
@@ -110,9 +172,6 @@ class Broker(BaseBroker):
 
     def __setstate__(self, state):
         self.list_key, self._info, self.alias = state
-        self._claim_conn = None
-        self._claim_pid = 0
-        self._created = set()
         self.connection = self.get_connection(self.list_key)
         self.cache = self.get_cache()
 
@@ -122,42 +181,53 @@ class Broker(BaseBroker):
     def get_connection(list_key: str = Conf.PREFIX):
         return None   # connections are opened when used (the broker is pickled between processes)
 
-    def _own(self) -> psycopg.Connection:
-        """The broker's autocommit connection: claims and settles commit at once.
-
-        Django-Q forks its pusher and monitor with this object: a child must not use (or
-        close) the parent's connection, so it opens its own and keeps the inherited one
-        referenced, unused, for as long as it lives.
-        """
-        if self._claim_conn is not None and self._claim_pid != os.getpid():
-            _INHERITED.append(self._claim_conn)
-            self._claim_conn = None
-        if self._claim_conn is None or self._claim_conn.closed:
-            self._claim_conn = psycopg.connect(conninfo_of(self.alias), autocommit=True,
-                                               application_name="jobcap django-q")
-            self._claim_pid = os.getpid()
-        return self._claim_conn
-
     def _run(self, query: str, params: tuple = ()):
+        conninfo = conninfo_of(self.alias)
         try:
-            return self._own().execute(query, params)
+            return _own(conninfo).execute(query, params)
         except psycopg.OperationalError:
-            conn, self._claim_conn = self._claim_conn, None
+            conn = _OWN.pop(conninfo, None)
             if conn is not None:
                 conn.close()
             raise
 
     def _ensure_queue(self) -> None:
-        if self.list_key in self._created or options().get("create_queues") is False:
+        """Creates the queue with the Q_CLUSTER "jobcap" options when the role may (an
+        operator, the owner or a superuser) and it is missing; says once when options given
+        there differ from an existing queue's, which are the ones that apply."""
+        key = (conninfo_of(self.alias), self.list_key)
+        if key in _ENSURED or options().get("create_queues") is False:
             return
+        _ENSURED.add(key)
         o = options()
         try:
+            may_manage = self._run(MAY_MANAGE_QUEUES).fetchone()[0]
+        except psycopg.errors.InsufficientPrivilege:
+            may_manage = False      # not even jobcap_worker: enqueue_job says what is missing
+        if not may_manage:
+            if any(k in o for k in QUEUE_OPTIONS):
+                log.info("jobcap: queue %r is made and set by the DBA (this role may not "
+                         "create or alter queues): Q_CLUSTER['jobcap'] %s do not apply",
+                         self.list_key, ", ".join(k for k in QUEUE_OPTIONS if k in o))
+            return
+        wanted = (o.get("max_attempts"), _interval(o.get("backoff_base", 10)),
+                  _interval(o.get("backoff_max", 3600)))
+        try:
             self._run("SELECT jobcap.create_queue(%s, %s, %s, %s, %s)",
-                      (self.list_key, o.get("max_attempts"), _interval(Conf.RETRY),
-                       _interval(o.get("backoff_base", 10)), _interval(o.get("backoff_max", 3600))))
-        except (psycopg.errors.DuplicateObject, psycopg.errors.InsufficientPrivilege):
+                      (self.list_key, wanted[0], _interval(Conf.RETRY), *wanted[1:]))
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            return
+        except psycopg.errors.DuplicateObject:
             pass
-        self._created.add(self.list_key)
+        row = self._run("SELECT max_attempts, backoff_base, backoff_max FROM jobcap.queues"
+                        " WHERE queue = %s", (self.list_key,)).fetchone()
+        differ = [f"{k} {w} (the queue's: {h})"
+                  for k, w, h in zip(QUEUE_OPTIONS, wanted, row or ()) if k in o and w != h]
+        if differ:
+            log.warning("jobcap: queue %r exists, and its settings apply, not Q_CLUSTER['jobcap']"
+                        "'s %s: jobcap.alter_queue changes the queue's", self.list_key,
+                        ", ".join(differ))
 
     # --- the broker -----------------------------------------------------------------------------
 
@@ -173,8 +243,9 @@ class Broker(BaseBroker):
     def enqueue(self, task: str):
         self._ensure_queue()
         with connections[self.alias].cursor() as cursor:   # the caller's transaction
-            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb)",
-                           (self.list_key, json.dumps({"package": task})))
+            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s)",
+                           (self.list_key, json.dumps({"package": task}),
+                            dedupe_key_of(_task_id_of(task))))
             return cursor.fetchone()[0]
 
     def dequeue(self) -> Optional[List[Tuple[str, str]]]:
@@ -264,6 +335,65 @@ class Broker(BaseBroker):
 
     def delete_queue(self):
         return self.purge_queue()
+
+    # --- cluster statistics ---------------------------------------------------------------------
+
+    def _stat_table(self) -> Optional[str]:
+        """The statistics table, or None (Django's cache keeps them) without the app."""
+        if _stats_in_database():
+            return STAT_TABLE
+        if not Broker._stats_warned:
+            Broker._stats_warned = True
+            log.warning("jobcap: Django-Q's cluster statistics are kept in Django's cache, "
+                        "because jobcap.contrib.admin is not in INSTALLED_APPS: qinfo and "
+                        "qmonitor see a cluster only if that cache is shared by its processes")
+        return None
+
+    def set_stat(self, key: str, value: str, timeout: int):
+        table = self._stat_table()
+        if table is None:
+            return super().set_stat(key, value, timeout)
+        self._run(f"INSERT INTO {table} AS s (key, value, expires_at)"
+                  " VALUES (%s, %s, now() + make_interval(secs => %s))"
+                  " ON CONFLICT (key) DO UPDATE"
+                  " SET value = excluded.value, expires_at = excluded.expires_at",
+                  (key, value, float(timeout if timeout is not None else 1e9)))
+        now = time.monotonic()
+        if now - Broker._stats_pruned > STAT_PRUNE_EVERY:
+            Broker._stats_pruned = now
+            # Skipping what another process is pruning (or writing) cannot deadlock.
+            self._run(f"DELETE FROM {table} WHERE key IN (SELECT key FROM {table}"
+                      "  WHERE expires_at < now() FOR UPDATE SKIP LOCKED)")
+
+    def get_stat(self, key: str):
+        table = self._stat_table()
+        if table is None:
+            return super().get_stat(key)
+        row = self._run(f"SELECT value FROM {table} WHERE key = %s AND expires_at > now()",
+                        (key,)).fetchone()
+        return row[0] if row else None
+
+    def get_stats(self, pattern: str) -> Optional[list]:
+        table = self._stat_table()
+        if table is None:
+            return super().get_stats(pattern)
+        return [value for value, in self._run(
+            f"SELECT value FROM {table} WHERE key LIKE %s AND expires_at > now() ORDER BY key",
+            (_like(pattern),))]
+
+
+def dedupe_key_of(task_id: str) -> Optional[str]:
+    """The dedupe key of a Django-Q task's job: the task's id (a fresh UUID per task)."""
+    return f"django-q:{task_id}" if task_id else None
+
+
+def _like(pattern: str) -> str:
+    """A Redis key pattern (Django-Q uses prefix:*) as a LIKE pattern: * and ? are wild."""
+    out = []
+    for ch in pattern:
+        out.append("%" if ch == "*" else "_" if ch == "?" else
+                   "\\" + ch if ch in "%_\\" else ch)
+    return "".join(out)
 
 
 def _task_id_of(package: str) -> str:

@@ -1,8 +1,10 @@
 """Django settings for running Django-Q's own test suite, and the admin page's test, on jobcap.
 
 The database is the throwaway server of the test run ($JOBCAP_TEST_HOST/_PORT); Django-Q's
-broker is jobcap's, and the cache (cluster statistics, cached results) is Django's file cache,
-which every process of a cluster shares (the suite's own settings use Redis).
+broker is jobcap's, or with JOBCAP_TEST_BROKER=redis Django-Q's own Redis broker on the server
+at $JOBCAP_TEST_REDIS_PORT (to run Django-Q's suite on both with the same settings). CACHES is
+left at Django's default (a local-memory cache per process), as a new project has it: the
+cluster's statistics are the broker's to share.
 """
 import os
 
@@ -46,10 +48,16 @@ DATABASES = {
         "USER": os.environ.get("JOBCAP_TEST_USER", "postgres"),
         "HOST": os.environ.get("JOBCAP_TEST_HOST", ""),
         "PORT": os.environ.get("JOBCAP_TEST_PORT", "5432"),
+        # Django-Q's suite: a test database per broker (run_django_q_suite.py)
+        "TEST": {"NAME": os.environ.get("JOBCAP_TEST_DATABASE")},
     }
 }
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                      "LOCATION": os.environ.get("JOBCAP_TEST_CACHE_DIR", "/tmp/jobcap-test-cache")}}
+if os.environ.get("JOBCAP_TEST_SQLITE"):
+    # djq_recycle_probe.py: Django-Q's own settings' database, for Django-Q's Redis broker only
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
+                             "NAME": os.environ["JOBCAP_TEST_SQLITE"]}}
+    INSTALLED_APPS = tuple(a for a in INSTALLED_APPS if a != "jobcap.contrib.admin")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -73,6 +81,11 @@ Q_CLUSTER = {
     "poll": 0.1,
     "jobcap": {"max_attempts": 5, "backoff_base": 0, "backoff_max": 0},
 }
+
+if os.environ.get("JOBCAP_TEST_BROKER") == "redis":
+    del Q_CLUSTER["broker_class"], Q_CLUSTER["jobcap"]
+    Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": int(os.environ["JOBCAP_TEST_REDIS_PORT"]),
+                          "db": 0}
 
 if os.environ.get("JOBCAP_TEST_Q_CLUSTER") == "cluster":
     # The cluster test: short leases. Django-Q's guard kills a task after 2 s, its lease (retry)

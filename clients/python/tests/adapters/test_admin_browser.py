@@ -1,15 +1,22 @@
 """The jobcap admin page in a real browser (headless Chromium through selenium).
 
-A poison job dies at its cap (two reported errors and one attempt whose lease lapsed); a staff
-user logs in, sees it dead with 3/3 attempts and the kind of each failure, requeues it with a
-reason, and sees it pending again. Screenshots go to build/adapters/screenshots/.
+Dead jobs of three kinds: a plain jobcap job (a poison file: two reported errors and one attempt
+whose lease lapsed), a Django-Q task failed by a real `qcluster` until its cap, and a Celery
+task sent through the kombu transport and failed until its cap. A staff user finds the page on
+the admin index, sees each task's name and arguments decoded (never the base64 of the payload),
+with nothing wider than the window, requeues the poison job with a reason, and resubmits the
+Django-Q task from Django-Q's own "Failed tasks" page: the same job is requeued, with the
+reason in its history. A user who is not staff is sent to the login page. Screenshots (of the
+whole page) go to build/adapters/screenshots/.
 """
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import unittest
 import urllib.request
@@ -20,6 +27,8 @@ from common import HERE, start_server, wait_for
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
 SHOTS = os.path.join(ROOT, "build", "adapters", "screenshots")
+PAGE = "/admin/jobcap_admin/deadjob/"
+LONG_TOKEN = "s3://scans/" + "a1b2c3d4e5" * 30 + ".pdf"     # no place to break a line
 server = None
 
 
@@ -29,8 +38,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def sql(query, params=None, conninfo=None):
-    with psycopg.connect(conninfo or server.conninfo, autocommit=True) as conn:
+def sql(query, params=None):
+    with psycopg.connect(server.conninfo, autocommit=True) as conn:
         cur = conn.execute(query, params)
         return cur.fetchall() if cur.description else None
 
@@ -55,18 +64,19 @@ class AdminBrowserTest(unittest.TestCase):
                        PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", ".."), HERE]),
                        DJANGO_SETTINGS_MODULE="djq_settings", JOBCAP_TEST_HOST=server.dir,
                        JOBCAP_TEST_PORT=str(server.port), JOBCAP_TEST_URLCONF="admin_urls",
-                       JOBCAP_TEST_CACHE_DIR=os.path.join(server.dir, "cache"))
-        manage = [sys.executable, "-m", "django"]
-        subprocess.run(manage + ["migrate", "-v", "0"], cwd=HERE, env=cls.env, check=True)
-        subprocess.run(manage + ["shell", "-c",
-                                 "from django.contrib.auth.models import User;"
-                                 "User.objects.create_superuser('ops', 'ops@example.com', 'pw-ops-1');"
-                                 "User.objects.create_user('clerk', 'c@example.com', 'pw-clerk-1')"],
-                       cwd=HERE, env=cls.env, check=True)
+                       JOBCAP_TEST_Q_CLUSTER="cluster", JOBCAP_TEST_CONNINFO=server.conninfo)
+        cls.manage = [sys.executable, "-m", "django"]
+        subprocess.run(cls.manage + ["migrate", "-v", "0"], cwd=HERE, env=cls.env, check=True)
+        cls.django("from django.contrib.auth.models import User;"
+                   "User.objects.create_superuser('ops', 'ops@example.com', 'pw-ops-1');"
+                   "User.objects.create_user('clerk', 'c@example.com', 'pw-clerk-1')")
+        cls.poison = cls.make_poison()
+        cls.djq_job, cls.djq_task = cls.make_django_q_failure()
+        cls.celery_job = cls.make_celery_failure()
         cls.port = free_port()
         cls.log = open(os.path.join(server.dir, "runserver.log"), "w+")
-        cls.web = subprocess.Popen(manage + ["runserver", "--noreload", "--insecure",
-                                             f"127.0.0.1:{cls.port}"],
+        cls.web = subprocess.Popen(cls.manage + ["runserver", "--noreload", "--insecure",
+                                                 f"127.0.0.1:{cls.port}"],
                                    cwd=HERE, env=cls.env, stdout=cls.log,
                                    stderr=subprocess.STDOUT)
         cls.base = f"http://127.0.0.1:{cls.port}"
@@ -85,6 +95,12 @@ class AdminBrowserTest(unittest.TestCase):
         os.makedirs(SHOTS, exist_ok=True)
 
     @classmethod
+    def django(cls, code):
+        return subprocess.run(cls.manage + ["shell", "-c", textwrap.dedent(code)], cwd=HERE,
+                              env=cls.env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    @classmethod
     def _up(cls):
         try:
             urllib.request.urlopen(cls.base + "/admin/login/", timeout=2)
@@ -100,40 +116,157 @@ class AdminBrowserTest(unittest.TestCase):
         cls.log.close()
         shutil.rmtree(cls.profile, ignore_errors=True)
 
-    def shot(self, name):
-        path = os.path.join(SHOTS, name)
-        self.browser.save_screenshot(path)
-        return path
+    # --- the dead jobs --------------------------------------------------------------------------
 
-    def login(self, user, password):
-        from selenium.webdriver.common.by import By
-        b = self.browser
-        b.delete_all_cookies()
-        b.get(self.base + "/admin/login/?next=/admin/jobcap/")
-        b.find_element(By.ID, "id_username").send_keys(user)
-        b.find_element(By.ID, "id_password").send_keys(password)
-        b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-
-    def make_poison(self):
-        """A job dead at its cap: two reported errors, then a lease that lapsed (a crash)."""
+    @classmethod
+    def make_poison(cls):
+        """A plain job dead at its cap: two reported errors, then a lease that lapsed."""
         sql("SELECT jobcap.create_queue('media', max_attempts => 3, backoff_base => '0',"
             " backoff_max => '0')")
-        job_id = sql("SELECT jobcap.enqueue_job('media', '{\"file\": \"corrupt.mp4\", "
-                     "\"size\": 7340032}')")[0][0]
+        job_id = sql("SELECT jobcap.enqueue_job('media', %s::jsonb)",
+                     (f'{{"file": "corrupt.mp4", "size": 7340032, "source": "{LONG_TOKEN}"}}',)
+                     )[0][0]
         for n in (1, 2):
             sql("SELECT jobcap.fail_job(job_id, fence, 'decoder: invalid NAL unit') FROM"
                 " jobcap.claim_job('media', 'decoder-1')")
         sql("SELECT count(*) FROM jobcap.claim_job('media', 'decoder-2', 1, '1 second')")
-        wait_for(lambda: sql("SELECT state::text FROM jobcap.jobs WHERE job_id = %s",
-                             (job_id,))[0][0] == "dead", timeout=20, what="poison dead")
+        wait_for(lambda: cls.state(job_id) == "dead", timeout=20, what="poison dead")
         return job_id
 
-    def test_requeue_a_poison_job(self):
+    @classmethod
+    def make_django_q_failure(cls):
+        """A Django-Q task that always raises, run by a real cluster until its cap (3)."""
+        log = open(os.path.join(server.dir, "qcluster.log"), "w+")
+        cluster = subprocess.Popen(cls.manage + ["qcluster"], cwd=HERE, env=cls.env,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            task_id = cls.django(f"""
+                from django_q.tasks import async_task
+                print(async_task('djq_tasks.boom', 'scan-0042.pdf', '{LONG_TOKEN}',
+                                 pages=[1, 2, 3], group='scans'))""")
+            job_id = sql("SELECT job_id FROM jobcap.jobs WHERE dedupe_key = %s",
+                         (f"django-q:{task_id}",))[0][0]
+            wait_for(lambda: cls.state(job_id) == "dead", timeout=60, what="django-q task dead")
+        finally:
+            cluster.send_signal(signal.SIGTERM)
+            try:
+                cluster.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(cluster.pid, signal.SIGKILL)
+                cluster.wait()
+            log.close()
+        return job_id, task_id
+
+    @classmethod
+    def make_celery_failure(cls):
+        """A Celery task message sent through the kombu transport, failed until its cap (3)."""
+        subprocess.run([sys.executable, "-c", textwrap.dedent("""
+            from celery_app import app
+            app.send_task('billing.charge_card', args=('inv-2291', 129.5),
+                          kwargs={'currency': 'EUR'}, queue='billing')
+            """)], cwd=HERE, env=cls.env, check=True)
+        job_id = sql("SELECT max(job_id) FROM jobcap.jobs WHERE queue = 'billing'")[0][0]
+        for _ in range(3):
+            sql("SELECT jobcap.fail_job(job_id, fence, 'CardDeclined: do not honor') FROM"
+                " jobcap.claim_job_by_id(%s, 'celery@billing-1')", (job_id,))
+        assert cls.state(job_id) == "dead"
+        return job_id
+
+    @staticmethod
+    def state(job_id):
+        return sql("SELECT state::text FROM jobcap.jobs WHERE job_id = %s", (job_id,))[0][0]
+
+    # --- the browser ----------------------------------------------------------------------------
+
+    def shot(self, name):
+        """A screenshot of the whole page (the window made as tall as the page)."""
+        b = self.browser
+        height = b.execute_script("return document.documentElement.scrollHeight")
+        width = b.get_window_size()["width"]
+        b.set_window_size(width, max(1000, min(int(height) + 140, 6000)))
+        path = os.path.join(SHOTS, name)
+        b.save_screenshot(path)
+        b.set_window_size(width, 1000)
+        return path
+
+    def login(self, user, password, next_url=PAGE):
         from selenium.webdriver.common.by import By
-        job_id = self.make_poison()
+        b = self.browser
+        b.delete_all_cookies()
+        b.get(self.base + "/admin/login/?next=" + next_url)
+        b.find_element(By.ID, "id_username").send_keys(user)
+        b.find_element(By.ID, "id_password").send_keys(password)
+        b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+    def open_queue(self, queue):
+        self.browser.get(f"{self.base}{PAGE}?queue={queue}")
+        wait_for(lambda: "Dead jobs of" in self.browser.page_source, timeout=15,
+                 what=f"the page of {queue}")
+
+    def assert_fits(self):
+        """Nothing wider than the window: no horizontal scrolling, every cell inside its table."""
+        overflow = self.browser.execute_script("""
+            const doc = document.documentElement;
+            const out = [];
+            if (doc.scrollWidth > doc.clientWidth)
+              out.push('page ' + doc.scrollWidth + ' > ' + doc.clientWidth);
+            for (const table of document.querySelectorAll('.jobcap table')) {
+              const right = table.getBoundingClientRect().right;
+              for (const cell of table.querySelectorAll('td')) {
+                if (cell.getBoundingClientRect().right > right + 1
+                    || cell.scrollWidth > cell.clientWidth + 1)
+                  out.push(table.id + ': ' + cell.textContent.trim().slice(0, 40));
+              }
+            }
+            return out;""")
+        self.assertEqual(overflow, [])
+
+    def test_1_index_links_the_page(self):
+        from selenium.webdriver.common.by import By
+        self.login("ops", "pw-ops-1", next_url="/admin/")
+        b = self.browser
+        wait_for(lambda: "Site administration" in b.page_source, timeout=15, what="the index")
+        link = b.find_element(By.CSS_SELECTOR, "a[href='/admin/jobcap_admin/deadjob/']")
+        self.assertEqual(link.text, "Dead jobs")
+        self.assertIn("jobcap", b.find_element(By.CSS_SELECTOR, "div.app-jobcap_admin").text
+                      .lower())
+        self.shot("0-admin-index.png")
+        link.click()
+        wait_for(lambda: "Dead jobs of" in b.page_source, timeout=15, what="the page")
+        b.get(self.base + "/admin/jobcap/?queue=media")     # the page's old address
+        wait_for(lambda: "Dead jobs of" in b.page_source, timeout=15, what="the redirect")
+        self.assertEqual(b.current_url, f"{self.base}{PAGE}?queue=media")
+
+    def test_2_payloads_decoded(self):
+        from selenium.webdriver.common.by import By
         self.login("ops", "pw-ops-1")
         b = self.browser
-        wait_for(lambda: "Dead jobs of" in b.page_source, timeout=15, what="the page")
+        for queue, job_id, task, args, failure in (
+                ("django_q_test", self.djq_job, "djq_tasks.boom",
+                 "('scan-0042.pdf', 's3://scans/a1b2c3d4e5", "cannot process scan-0042.pdf"),
+                ("billing", self.celery_job, "billing.charge_card",
+                 "('inv-2291', 129.5) {'currency': 'EUR'}", "CardDeclined: do not honor")):
+            self.open_queue(queue)
+            row = b.find_element(By.ID, f"job-{job_id}")
+            self.assertEqual(row.find_element(By.CLASS_NAME, "attempts").text, "3/3")
+            self.assertEqual(row.find_element(By.CLASS_NAME, "task-name").text, task)
+            self.assertTrue(row.find_element(By.CLASS_NAME, "task-args").text.startswith(args),
+                            row.find_element(By.CLASS_NAME, "task-args").text)
+            self.assertIn(failure, row.text)
+            self.assertNotIn("gAW", row.text)          # no base64 of a pickle shown
+            self.assertNotIn("W1s", row.text)          # nor of a kombu body
+            self.assert_fits()
+            self.shot(f"4-{queue}-decoded.png")
+        note = b.find_element(By.ID, f"job-{self.celery_job}").find_element(
+            By.CLASS_NAME, "task-note").text
+        self.assertEqual(note, "Celery task (arguments as Celery's argsrepr/kwargsrepr)")
+
+    def test_3_requeue_a_poison_job(self):
+        from selenium.webdriver.common.by import By
+        job_id = self.poison
+        self.login("ops", "pw-ops-1")
+        b = self.browser
+        self.open_queue("media")
         row = b.find_element(By.ID, f"job-{job_id}")
         self.assertEqual(row.find_element(By.CLASS_NAME, "attempts").text, "3/3")
         kinds = [li.get_attribute("class") for li in row.find_elements(By.TAG_NAME, "li")]
@@ -142,6 +275,7 @@ class AdminBrowserTest(unittest.TestCase):
         self.assertIn("decoder: invalid NAL unit", row.text)
         top = b.find_element(By.ID, "top-failing").text
         self.assertIn(str(job_id), top)
+        self.assert_fits()
         self.shot("1-dead-at-cap.png")
 
         b.find_element(By.ID, f"select-{job_id}").click()
@@ -160,7 +294,46 @@ class AdminBrowserTest(unittest.TestCase):
                       " ORDER BY seq DESC LIMIT 1", (job_id,))
         self.assertEqual(history, [("requeued", "decoder upgraded (by ops)")])
 
-    def test_not_for_non_staff(self):
+    def test_4_resubmit_from_django_q_requeues_the_job(self):
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+        self.login("ops", "pw-ops-1", next_url="/admin/django_q/failure/")
+        b = self.browser
+        wait_for(lambda: "_selected_action" in b.page_source, timeout=15,
+                 what="Django-Q's failed tasks")
+        jobs_before = sql("SELECT count(*) FROM jobcap.jobs")[0][0]
+        b.find_element(By.CSS_SELECTOR, f"input[name=_selected_action][value='{self.djq_task}']"
+                       ).click()
+        action = Select(b.find_element(By.NAME, "action"))
+        self.assertIn("Resubmit selected tasks to queue (requeue their jobcap jobs)",
+                      [o.text for o in action.options])
+        action.select_by_value("retry_failed")
+        b.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+        wait_for(lambda: "requeued after 3 attempts" in b.page_source, timeout=15,
+                 what="the resubmit's message")
+        self.shot("6-django-q-resubmitted.png")
+        message = b.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
+        self.assertRegex(message, rf"job {self.djq_job} requeued after 3 attempts "
+                                  r"\(resubmitted in Django-Q's admin by ops\)\.$")
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs")[0][0], jobs_before)
+        self.assertEqual(sql("SELECT state::text, attempts, max_attempts FROM jobcap.jobs"
+                             " WHERE job_id = %s", (self.djq_job,)), [("pending", 3, 6)])
+        self.assertEqual(sql("SELECT kind, error FROM jobcap.job_errors WHERE job_id = %s"
+                             " ORDER BY seq DESC LIMIT 1", (self.djq_job,)),
+                         [("requeued", "resubmitted in Django-Q's admin by ops")])
+
+    def test_5_narrow_window(self):
+        self.login("ops", "pw-ops-1")
+        b = self.browser
+        b.set_window_size(1024, 1000)
+        try:
+            self.open_queue("django_q_test" if self.state(self.djq_job) == "dead" else "billing")
+            self.assert_fits()
+            self.shot("7-narrow-1024.png")
+        finally:
+            b.set_window_size(1400, 1000)
+
+    def test_6_not_for_non_staff(self):
         self.login("clerk", "pw-clerk-1")
         b = self.browser
         time.sleep(0.5)

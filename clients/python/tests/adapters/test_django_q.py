@@ -2,13 +2,15 @@
 
 Success; a failure counted and retried until dead at the cap, never acknowledged as a success,
 even with Django-Q's own max_attempts set; a task Django-Q's guard kills on every attempt
-(timeout) counted by its lease and dead at the cap; enqueue inside a rolled-back transaction.
+(timeout) counted by its lease and dead at the cap; enqueue inside a rolled-back transaction;
+the cluster's status seen by other processes (qinfo, Stat.get_all) with CACHES at Django's
+default, and gone once the cluster stopped.
 """
+import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import unittest
 
 import psycopg
@@ -25,9 +27,7 @@ def setUpModule():
     ENV = dict(os.environ,
                PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", ".."), HERE]),
                DJANGO_SETTINGS_MODULE="djq_settings", JOBCAP_TEST_HOST=server.dir,
-               JOBCAP_TEST_PORT=str(server.port),
-               JOBCAP_TEST_CACHE_DIR=os.path.join(server.dir, "cache"),
-               JOBCAP_TEST_Q_CLUSTER="cluster")
+               JOBCAP_TEST_PORT=str(server.port), JOBCAP_TEST_Q_CLUSTER="cluster")
     subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], cwd=HERE, env=ENV,
                    check=True)
 
@@ -80,6 +80,9 @@ class DjangoQClusterTest(unittest.TestCase):
             os.killpg(cls.cluster.pid, signal.SIGKILL)
             cls.cluster.wait()
         cls.log.close()
+        # Stopped: its status expires (3 s) and no process sees the cluster any more.
+        wait_for(lambda: django("import djq_tasks; print(djq_tasks.cluster_stats())") == "[]",
+                 timeout=15, what="the stopped cluster's status gone")
 
     def job(self, job_id):
         return sql("SELECT j.state::text, j.attempts, coalesce(j.max_attempts, q.max_attempts)"
@@ -124,6 +127,21 @@ class DjangoQClusterTest(unittest.TestCase):
         self.wait_state(job_id, ("dead", "succeeded"), 60)
         self.assertEqual(self.job(job_id), ("dead", 3, 3))
         self.assertEqual([k for k, _ in self.history(job_id)], ["lease_expired"] * 3)
+
+    def test_0_status_seen_by_other_processes(self):
+        """What qinfo and qmonitor read, from processes that are not the cluster's: its
+        statistics live in PostgreSQL (jobcap_django_q_stat), not in a per-process cache."""
+        stats = lambda: json.loads(django(  # noqa: E731
+            "import djq_tasks; print(djq_tasks.cluster_stats())"))
+        wait_for(lambda: stats() and stats()[0][0] == "Idle", timeout=30,
+                 what="the cluster's status, Idle")
+        (status, workers, cluster_id), = stats()
+        self.assertEqual(workers, 2)
+        info = subprocess.run([sys.executable, "-m", "django", "qinfo", "--ids"], cwd=HERE,
+                              env=ENV, check=True, capture_output=True, text=True).stdout
+        self.assertEqual(info.split(), [str(__import__("uuid").UUID(cluster_id))])
+        self.assertEqual(sql("SELECT count(*) FROM jobcap_django_q_stat"
+                             " WHERE expires_at > now()")[0][0], 1)
 
     def test_4_enqueue_joins_the_callers_transaction(self):
         before = sql("SELECT count(*) FROM jobcap.jobs")[0][0]

@@ -1,9 +1,9 @@
-"""jobcap in Django's admin: dead jobs per queue, their failures, requeue and purge.
+"""jobcap in Django's admin: dead jobs per queue, their failures, requeue and purge; the
+storage of Django-Q's cluster statistics for jobcap's Django-Q broker; Django-Q's Resubmit as a
+requeue of the task's job.
 
-Add "jobcap.contrib.admin" to INSTALLED_APPS (its migration creates the extension when the
-database role may) and include ``jobcap.contrib.admin.urls`` before the admin's own URLs:
-
-    path("admin/jobcap/", include("jobcap.contrib.admin.urls")),
-    path("admin/", admin.site.urls),
+Add "jobcap.contrib.admin" to INSTALLED_APPS and run migrate: its first migration creates the
+extension where it is missing (when the database role may; otherwise it says what the DBA
+runs), its second the statistics table. The page is linked from the admin index ("jobcap",
+"Dead jobs"); nothing is added to urls.py.
 """
-default_app_config = "jobcap.contrib.admin.apps.JobcapAdminConfig"

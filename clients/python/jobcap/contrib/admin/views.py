@@ -1,56 +1,62 @@
 """The jobcap page of Django's admin: what is dead, why, and the operator's two actions.
 
-Every query runs on Django's database connection as its role; the page is served only to
-active staff users, and only when that role has jobcap_operator's privileges (or is a
-superuser): jobcap's functions check the role again, so the page cannot do more than the role
-may.
+The page is served by the admin (admin.py: "Dead jobs" under "jobcap" on the admin index) to
+staff users with the view permission of jobcap_admin.DeadJob; requeue and purge need its change
+permission (superusers have both). Every query runs on Django's database connection as its
+role, and jobcap's functions check that role again: without jobcap_operator's privileges the
+page says what the DBA grants, and does nothing.
 """
 from __future__ import annotations
 
-from django.contrib import admin, messages
-from django.contrib.admin.views.decorators import staff_member_required
+from django.conf import settings
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connections, transaction
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
-from django.conf import settings
+from .payloads import describe
 
-PAYLOAD_EXCERPT = 160
+PAYLOAD_EXCERPT = 300
+PAYLOAD_DECODED_MAX = 65536      # bytes of payload fetched to be decoded, per dead job
 DEAD_PAGE = 200
 
 
-def _alias() -> str:
+def alias() -> str:
     return getattr(settings, "JOBCAP_DATABASE", "default")
 
 
-def _rows(query, params=()):
-    with connections[_alias()].cursor() as cursor:
+def rows(query, params=()):
+    with connections[alias()].cursor() as cursor:
         cursor.execute(query, params)
         columns = [c.name for c in cursor.description]
         return [dict(zip(columns, row)) for row in cursor.fetchall()]
 
 
-def _is_operator() -> bool:
-    return _rows("SELECT pg_catalog.pg_has_role(current_user, 'jobcap_operator', 'USAGE')"
-                 "    OR (SELECT rolsuper FROM pg_catalog.pg_roles"
-                 "         WHERE rolname = current_user) AS ok")[0]["ok"]
+def is_operator() -> bool:
+    return rows("SELECT pg_catalog.pg_has_role(current_user, 'jobcap_operator', 'USAGE')"
+                "    OR (SELECT rolsuper FROM pg_catalog.pg_roles"
+                "         WHERE rolname = current_user) AS ok")[0]["ok"]
 
 
-def _operator_only(view):
-    @staff_member_required
-    def wrapped(request, *args, **kwargs):
-        if not _is_operator():
-            raise PermissionDenied("the database role of this site is not a jobcap operator")
-        return view(request, *args, **kwargs)
-    wrapped.__name__ = view.__name__
-    return wrapped
+def database_role() -> str:
+    return rows("SELECT current_user AS role")[0]["role"]
 
 
-@_operator_only
-def dead_jobs(request):
-    queues = _rows(
+def page_url(queue: str = "") -> str:
+    url = reverse("admin:jobcap_admin_deadjob_changelist")
+    return url + (f"?queue={queue}" if queue else "")
+
+
+def dead_jobs(request, model_admin):
+    context = dict(model_admin.admin_site.each_context(request), title="jobcap: dead jobs",
+                   opts=model_admin.model._meta,
+                   can_change=model_admin.has_change_permission(request))
+    if not is_operator():
+        context["not_operator"] = database_role()
+        return TemplateResponse(request, "jobcap_admin/dead_jobs.html", context)
+    queues = rows(
         "SELECT q.queue, q.max_attempts,"
         "   count(*) FILTER (WHERE j.state = 'dead') AS dead,"
         "   count(*) FILTER (WHERE j.state = 'pending') AS pending,"
@@ -60,36 +66,47 @@ def dead_jobs(request):
     queue = request.GET.get("queue") or next((q["queue"] for q in queues if q["dead"]), None)
     dead = []
     if queue:
-        dead = _rows(
+        dead = rows(
             "SELECT j.job_id, j.attempts, coalesce(j.max_attempts, q.max_attempts) AS cap,"
-            "   j.finished_at, left(j.payload::text, %s) AS payload,"
+            "   j.finished_at, left(j.payload::text, %s) AS payload_text,"
             "   length(j.payload::text) > %s AS payload_cut,"
+            "   CASE WHEN pg_catalog.pg_column_size(j.payload) <= %s THEN j.payload END"
+            "     AS payload,"
             "   ARRAY(SELECT e.kind || ' (attempt ' || e.attempt || '): ' ||"
             "                coalesce(left(e.error, 300), '')"
             "           FROM jobcap.job_errors e WHERE e.job_id = j.job_id"
-            "            AND e.kind IN ('error', 'lease_expired')"
+            "            AND e.kind IN ('error', 'lease_expired', 'crashed',"
+            "                           'claim_rolled_back')"
             "          ORDER BY e.seq DESC LIMIT 3) AS failures"
             "  FROM jobcap.jobs j JOIN jobcap.queues q ON q.queue = j.queue"
             " WHERE j.queue = %s AND j.state = 'dead'"
             " ORDER BY j.finished_at DESC, j.job_id DESC LIMIT %s",
-            (PAYLOAD_EXCERPT, PAYLOAD_EXCERPT, queue, DEAD_PAGE))
+            (PAYLOAD_EXCERPT, PAYLOAD_EXCERPT, PAYLOAD_DECODED_MAX, queue, DEAD_PAGE))
         for job in dead:
-            job["crashes"] = sum(f.startswith("lease_expired") for f in job["failures"])
-    top = _rows("SELECT job_id, queue, state::text AS state, attempts, failures, errors,"
-                "       crashes, last_failure_at, last_errors"
-                "  FROM jobcap.top_failing_jobs(NULL, 10)")
-    context = dict(admin.site.each_context(request), title="jobcap: dead jobs",
-                   queues=queues, queue=queue, dead=dead, top=top)
-    return render(request, "jobcap_admin/dead_jobs.html", context)
+            job["crashes"] = sum(not f.startswith("error") for f in job["failures"])
+            job["task"] = (describe(job["payload"], queue) if job["payload"] is not None else
+                           {"kind": "large", "task": "", "args": "",
+                            "note": "payload too large to decode here"})
+    top = rows("SELECT job_id, queue, state::text AS state, attempts, failures, errors,"
+               "       crashes, last_failure_at, last_errors"
+               "  FROM jobcap.top_failing_jobs(NULL, 10)")
+    context.update(queues=queues, queue=queue, dead=dead, top=top)
+    return TemplateResponse(request, "jobcap_admin/dead_jobs.html", context)
 
 
-@require_POST
-@_operator_only
-def requeue(request):
+def _changer(request, model_admin):
+    if not model_admin.has_change_permission(request):
+        raise PermissionDenied
+    if not is_operator():
+        raise PermissionDenied("the database role of this site is not a jobcap operator")
+
+
+def requeue(request, model_admin):
+    _changer(request, model_admin)
     reason = (request.POST.get("reason") or "").strip()
     job_ids = [int(j) for j in request.POST.getlist("job") if j.isdigit()]
     queue = request.POST.get("queue", "")
-    back = reverse("jobcap_admin:dead_jobs") + (f"?queue={queue}" if queue else "")
+    back = page_url(queue)
     if not job_ids:
         messages.error(request, "Select the jobs to requeue.")
         return redirect(back)
@@ -100,10 +117,10 @@ def requeue(request):
     who = request.user.get_username()
     done = 0
     try:
-        with transaction.atomic(using=_alias()):
+        with transaction.atomic(using=alias()):
             for job_id in job_ids:
-                done += bool(_rows("SELECT jobcap.requeue_job(%s, %s) AS ok",
-                                   (job_id, f"{reason} (by {who})"))[0]["ok"])
+                done += bool(rows("SELECT jobcap.requeue_job(%s, %s) AS ok",
+                                  (job_id, f"{reason} (by {who})"))[0]["ok"])
     except DatabaseError as error:
         messages.error(request, f"Nothing requeued: {error}")
         return redirect(back)
@@ -111,18 +128,17 @@ def requeue(request):
     return redirect(back)
 
 
-@require_POST
-@_operator_only
-def purge(request):
+def purge(request, model_admin):
+    _changer(request, model_admin)
     queue = request.POST.get("queue", "")
-    back = reverse("jobcap_admin:dead_jobs") + (f"?queue={queue}" if queue else "")
+    back = page_url(queue)
     if request.POST.get("confirm") != queue or not queue:
         messages.error(request, "Type the queue's name to confirm the purge.")
         return redirect(back)
     purged = 0
     try:
         while True:
-            n = _rows("SELECT jobcap.purge_dead(%s, NULL, NULL, NULL, 1000) AS n", (queue,))[0]["n"]
+            n = rows("SELECT jobcap.purge_dead(%s, NULL, NULL, NULL, 1000) AS n", (queue,))[0]["n"]
             purged += n
             if n < 1000:
                 break
