@@ -15,12 +15,9 @@ table of each test's outcome per run.
 
 The jobcap suite then runs a second time against the same server (not with --once), as a
 developer runs it twice in a row: the second run's pytest-django drops the first run's test
-database and creates it again. That drop waits on jobcap's background worker, which keeps a
-connection to every database with jobcap (jobcap.database = '*') and does not let go of one
-being dropped: the second run fails with 'database "..." is being accessed by other users'.
-SECOND_RUN_FAILS_UNTIL_WORKER_FIX marks that as expected (the run stops at its first failure,
-and only that failure is accepted); once the background worker leaves a database that is being
-dropped, the second run passes, and this script fails until the mark is set to False.
+database and creates it again while jobcap's background worker serves it (jobcap.database =
+'*'): the worker leaves a database that is being dropped, and the second run must give the same
+outcomes as the first.
 """
 import argparse
 import json
@@ -41,8 +38,6 @@ FILES = os.environ.get("DJQ_FILES", "test_admin.py test_brokers.py test_cached.p
                        "test_cluster.py test_commands.py test_monitor.py "
                        "test_scheduler.py").split()
 REDIS_SERVER = "/usr/bin/redis-server"
-SECOND_RUN_FAILS_UNTIL_WORKER_FIX = True
-HELD = "is being accessed by other users"
 
 
 def free_port() -> int:
@@ -168,24 +163,12 @@ def main() -> int:
             runs["jobcap"] = run_suite("jobcap", server, None, pytest_args, "jobcap")
         again = None
         if not args.once and "jobcap" in runs:
-            again = run_suite("jobcap", server, None, pytest_args + (
-                ["--maxfail=1"] if SECOND_RUN_FAILS_UNTIL_WORKER_FIX else []), "jobcap, again")
+            again = run_suite("jobcap", server, None, pytest_args, "jobcap, again")
             runs["jobcap, again"] = again
         ok = compare({k: v for k, v in runs.items() if v is not again})
-        ok &= all(run[0] == 0 for run in runs.values() if run is not again)
+        ok &= all(run[0] == 0 for run in runs.values())
         if again is not None:
-            held = again[0] != 0 and HELD in again[2]
-            if SECOND_RUN_FAILS_UNTIL_WORKER_FIX:
-                print("\n=== second run on the same server: "
-                      + ("failed as expected until jobcap's background worker lets go of a "
-                         f"database being dropped ('{HELD}'): SECOND_RUN_FAILS_UNTIL_WORKER_FIX"
-                         if held else
-                         "did not fail as expected: if it passed, the worker's fix has "
-                         "landed: set SECOND_RUN_FAILS_UNTIL_WORKER_FIX = False"))
-                ok &= held
-            else:
-                ok &= compare({"jobcap": runs["jobcap"], "jobcap, again": again})
-                ok &= again[0] == 0
+            ok &= compare({"jobcap": runs["jobcap"], "jobcap, again": again})
         return 0 if ok else 1
     finally:
         if redis is not None:
