@@ -210,6 +210,9 @@ class Worker:
         self.lease = float(lease)
         self.timeout = float(timeout)
         self.grace = (self.lease - self.timeout) / 2
+        # A job that waited longer than this to start is heartbeated first, so that at least
+        # 95% of its timeout fits (a heartbeat per job would cost a commit per job).
+        self._renew_after = min(self.lease / 3, self.timeout / 20)
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.on_settled = on_settled
@@ -342,11 +345,9 @@ class Worker:
                     pass
 
     def _claim(self, count: Optional[int] = None) -> list:
-        assert self._conn is not None
         sent = time.monotonic()
-        rows = self._conn.execute(CLAIM, (self.queue, self.name, count or self.batch,
-                                          sql.interval(self.lease))).fetchall()
-        self._conn.commit()
+        rows = self._execute_alone(CLAIM, (self.queue, self.name, count or self.batch,
+                                           sql.interval(self.lease)))
         return [Job(self, row, sent) for row in rows]
 
     def _wait(self, timeout: float) -> bool:
@@ -406,12 +407,13 @@ class Worker:
 
     def _settle(self, claim: int) -> list:
         """Completes the finished jobs waiting for it and claims up to `claim` more, in one
-        transaction on the work connection; returns the jobs claimed.
+        statement (its own transaction: one round trip, one commit) on the work connection;
+        returns the jobs claimed.
 
         A stale fence in the batch (complete_jobs is all or nothing) or any other error of the
-        batch's statements rolls it back, and each job is then settled on its own: a job's
-        stale fence or error never costs the others. A lost connection puts the jobs back,
-        to be completed after the reconnect, and raises.
+        statement rolls it back, and each job is then settled on its own: a job's stale fence
+        or error never costs the others. A lost connection puts the jobs back, to be completed
+        after the reconnect, and raises.
         """
         with self._lock:
             done, self._done = self._done, []
@@ -421,48 +423,70 @@ class Worker:
                 self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
             else:
                 current.append((job, output))
-        conn = self._conn
-        assert conn is not None
+        if not current:
+            return self._claim(claim) if claim else []
         sent = time.monotonic()
         lease = sql.interval(self.lease)
-        try:
-            if not current:
-                return self._claim(claim) if claim else []
-            if len(current) == 1 and claim:
-                (job, output), = current
+        rows: list = []
+        for at in range(0, len(current), MAX_BATCH):
+            part = current[at:at + MAX_BATCH]
+            last = at + MAX_BATCH >= len(current)
+            count = claim if last else 0
+            outputs = [output for _, output in part]
+            with_output = any(output is not None for output in outputs)
+            if len(part) == 1 and count:
+                (job, output), = part
                 if output is None:
-                    rows = conn.execute(COMPLETE_AND_CLAIM, (job.id, job.fence, self.queue,
-                                                             self.name, claim, lease)).fetchall()
+                    query, params = COMPLETE_AND_CLAIM, (job.id, job.fence, self.queue,
+                                                         self.name, count, lease)
                 else:
-                    rows = conn.execute(COMPLETE_AND_CLAIM_OUTPUT,
-                                        (job.id, job.fence, self.queue, self.name, claim, lease,
-                                         output)).fetchall()
+                    query, params = COMPLETE_AND_CLAIM_OUTPUT, (job.id, job.fence, self.queue,
+                                                                self.name, count, lease, output)
             else:
-                for at in range(0, len(current), MAX_BATCH):
-                    part = current[at:at + MAX_BATCH]
-                    ids = [job.id for job, _ in part]
-                    fences = [job.fence for job, _ in part]
-                    outputs = [output for _, output in part]
-                    if all(output is None for output in outputs):
-                        conn.execute(COMPLETE_JOBS, (ids, fences))
-                    else:
-                        conn.execute(COMPLETE_JOBS_OUTPUT, (ids, fences, outputs))
-                rows = conn.execute(CLAIM, (self.queue, self.name, claim,
-                                            lease)).fetchall() if claim else []
-            conn.commit()
-        except psycopg.OperationalError:
-            self._put_back(current)
-            raise
-        except psycopg.Error as error:
-            self._rollback_or_put_back(conn, current, error)
-            if not is_stale(error):
-                log.info("worker %s: completing %d jobs together failed (%s); completing "
-                         "each on its own", self.name, len(current), _first_line(error))
-            self._complete_each(current)
-            return self._claim(claim) if claim else []
-        for job, _ in current:
-            self._settled(job, "succeeded", None)
+                params = ([job.id for job, _ in part], [job.fence for job, _ in part])
+                if with_output:
+                    params += (outputs,)
+                query = COMPLETE_JOBS_OUTPUT if with_output else COMPLETE_JOBS
+                if count:
+                    # The claim's batch depends on the completion's result, so the claim runs
+                    # after it (once: a materialised CTE), in the same statement.
+                    query = (f"WITH done(n) AS MATERIALIZED ({query}) SELECT c.* FROM done"
+                             f" CROSS JOIN LATERAL jobcap.claim_job(%s, %s, %s + 0 * done.n, %s)"
+                             f" AS c")
+                    params += (self.queue, self.name, count, lease)
+            try:
+                result = self._execute_alone(query, params)
+            except psycopg.OperationalError:
+                self._put_back(current[at:])
+                raise
+            except psycopg.Error as error:
+                log.info("worker %s: completing %d jobs together failed (%s); completing each "
+                         "on its own", self.name, len(part), _first_line(error))
+                self._complete_each(part)
+                if not last:
+                    continue
+                return self._claim(claim) if claim else []
+            if count:
+                rows = result
+            for job, _ in part:
+                self._settled(job, "succeeded", None)
         return [Job(self, row, sent) for row in rows]
+
+    def _execute_alone(self, query: str, params: tuple) -> list:
+        """Runs one statement in a transaction of its own (autocommit: no BEGIN and COMMIT round
+        trips); returns its rows. The connection must be idle: it is, between jobs."""
+        conn = self._conn
+        assert conn is not None
+        conn.autocommit = True
+        try:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+        finally:
+            if not conn.closed and not conn.broken:
+                try:
+                    conn.autocommit = False
+                except psycopg.Error:
+                    pass
 
     def _put_back(self, done: List[Done]) -> None:
         with self._lock:
@@ -540,7 +564,6 @@ class Worker:
         with self._lock:
             self._waiting.extend(jobs)
         try:
-            first = True
             while True:
                 if self._stopping.is_set():
                     self._release_waiting()
@@ -560,7 +583,7 @@ class Worker:
                         self._settle(0)
                     except psycopg.OperationalError as error:
                         raise _ConnectionLost(error) from error
-                if not first:
+                if time.monotonic() - job._granted_at > self._renew_after:
                     # It waited behind the others: renew its lease so the full timeout fits.
                     try:
                         self._heartbeat(job, running=False)
@@ -569,13 +592,11 @@ class Worker:
                         continue
                     except psycopg.OperationalError:
                         pass  # the side connection; the job's deadline still holds
-                first = False
                 claim = self.batch if last and not self._stopping.is_set() else 0
                 more = self._run_one(job, claim)
                 if more:
                     with self._lock:
                         self._waiting.extend(more)
-                    first = True
         finally:
             with self._lock:
                 self._waiting.clear()
@@ -924,7 +945,7 @@ class Worker:
             if job.lost:
                 self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
                 continue
-            if time.monotonic() - job._granted_at > self.lease / 3:
+            if time.monotonic() - job._granted_at > self._renew_after:
                 # It waited behind others: renew its lease so the full timeout fits.
                 try:
                     self._heartbeat(job, running=False)
@@ -1004,16 +1025,16 @@ class Worker:
         """Makes sure the pool process's connection is usable before a handler gets it."""
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
-            # A connection the server ended while it sat idle (a restart, a terminated
-            # backend) has something to read: find out now rather than in the handler.
+            # An idle connection has nothing to read unless the server ended it (a restart, a
+            # terminated backend) or sent a notice: find out now rather than in the handler.
             ready, _, _ = select.select([conn.fileno()], [], [], 0)
             if not ready:
                 return
             try:
-                conn.pgconn.consume_input()
-                if conn.pgconn.status == psycopg.pq.ConnStatus.OK:
-                    return
-            except psycopg.OperationalError:
+                conn.execute("SELECT 1")
+                conn.rollback()
+                return
+            except psycopg.Error:
                 pass
         self._close_job_connection()
         self._connect_job()
