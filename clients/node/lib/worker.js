@@ -443,10 +443,8 @@ class Worker extends EventEmitter {
           this._finished.unshift(...current);
           throw err;
         }
-        if (!isStale(err)) {
-          this.logger.info(`worker ${this.name}: completing ${current.length} jobs together ` +
-            `failed (${err.message}); completing each on its own`);
-        }
+        this.logger.info(`worker ${this.name}: completing ${current.length} jobs together ` +
+          `failed (${err.message}); completing each on its own`);
         await this._completeEach(control, current);
         if (claim <= 0) return [];
         const claimedAt = performance.now();
