@@ -844,6 +844,7 @@ class Worker:
                             db_at = now + retry
                             retry = min(retry * 2, 5.0)
                 else:
+                    self._dispatch()  # idle processes get work before the round trip below
                     room = (self.concurrency + self.prefetch - len(self._waiting)
                             - self._running())
                     claim = room if room > 0 and now >= claim_at else 0
@@ -1309,7 +1310,8 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:
     """Linux: the child gets SIGKILL when its supervisor dies, leaving no orphan handler."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols include libc's (find_library would run ldconfig per fork).
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
