@@ -553,6 +553,26 @@ describe('settling in batches', () => {
     assert.deepEqual(ctx.outcomes.filter((o) => o.outcome === 'succeeded').map((o) => o.id).sort((a, b) => a - b), ids);
   });
 
+  it('has completeJobs all or nothing, and completeAndClaim', async () => {
+    await queue();
+    const ids = [];
+    for (let n = 0; n < 3; n++) ids.push(await enqueue({ n }));
+    const { rows } = await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w', 3)", [ctx.queue]);
+    const fence = Object.fromEntries(rows.map((r) => [Number(r.job_id), Number(r.fence)]));
+    await expireAndReap(ids[1]);
+    await assert.rejects(jobcap.completeJobs(db, ids, ids.map((id) => fence[id])), jobcap.StaleFenceError);
+    assert.deepEqual(await Promise.all(ids.map(async (id) => (await job(id)).state)), ['running', 'pending', 'running']);
+    assert.equal(await jobcap.completeJobs(db, [ids[0], ids[2]], [fence[ids[0]], fence[ids[2]]], [{ ok: true }, null]), 2);
+    const { rows: out } = await db.query('SELECT output FROM jobcap.jobs WHERE job_id = $1', [ids[0]]);
+    assert.deepEqual(out[0].output, { ok: true });
+    const [next] = (await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows;
+    assert.equal(Number(next.job_id), ids[1]);
+    const claimed = await jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w', { output: [1] });
+    assert.deepEqual(claimed, []);  // nothing left to claim
+    assert.equal((await job(ids[1])).state, 'succeeded');
+    await assert.rejects(jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w'), jobcap.StaleFenceError);
+  });
+
   it('runs isolated jobs in long-lived children, replaces a killed one, batches the light ones', async () => {
     await queue({ maxAttempts: 1 });
     const handlers = path.join(__dirname, '..', 'test-support', 'handlers.js');
