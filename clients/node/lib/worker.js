@@ -397,10 +397,10 @@ class Worker extends EventEmitter {
 
   // --- settling in batches ------------------------------------------------------------------
 
-  /** A job finished with nothing in its transaction: it is completed with the next batch. */
+  /** A job finished with nothing in its transaction: it is completed with the next batch
+   * (the loop wakes when the job's slot is free: _track). */
   _defer(job, output) {
     this._finished.push({ job, output });
-    this._wake();
   }
 
   /** Completes the finished jobs waiting for it and claims up to `claim` more, in one statement
