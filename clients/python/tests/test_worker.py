@@ -837,9 +837,9 @@ class IsolatedProcessTest(ProcessTest):
         proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
         try:
             wait_for(lambda: self.job(job_id)[0] == "dead", timeout=5)
-            live = self.conn.execute("SELECT finished_at < enqueued_at + interval '3 seconds'"
+            live = self.conn.execute("SELECT finished_at < claimed_at + interval '3 seconds'"
                                      " FROM jobcap.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
-            self.assertTrue(live, "the child was ended before the lease ran out")
+            self.assertTrue(live, "the pool process was ended before the lease ran out")
             self.assertEqual(proc.poll(), None, "the supervisor lives on")
         finally:
             proc.send_signal(signal.SIGTERM)
