@@ -33,7 +33,8 @@ EXPORTS = r'''
 // What the installed package exports at run time, and where it was loaded from.
 const path = require('node:path');
 const jobcap = require('jobcap');
-console.log(JSON.stringify({ names: Object.keys(jobcap), from: path.dirname(require.resolve('jobcap')) }));
+const from = path.dirname(require.resolve('jobcap'));
+console.log(JSON.stringify({ names: Object.keys(jobcap), from }));
 '''
 
 HANDLER = r'''
@@ -171,9 +172,9 @@ class NodePackageTest(unittest.TestCase):
             outcomes = {o["id"]: o for o in report["isolated"]}
             self.assertEqual(outcomes[killer]["outcome"], "dead")
             self.assertEqual(outcomes[killer]["error"], "HandlerCrashedError")
-            self.assertEqual(conn.execute(
-                "SELECT kind, error FROM jobcap.job_errors WHERE job_id = %s", (killer,)).fetchall(),
-                [("crashed", "killed by signal 9 (SIGKILL)")])
+            history = conn.execute("SELECT kind, error FROM jobcap.job_errors WHERE job_id = %s",
+                                   (killer,)).fetchall()
+            self.assertEqual(history, [("crashed", "killed by signal 9 (SIGKILL)")])
             pids = set()
             for job_id, kind in zip(isolated, kinds):
                 self.assertEqual(outcomes[job_id]["outcome"], "succeeded", f"job {job_id}")

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
 import json
 import datetime as dt
 import logging
