@@ -82,7 +82,7 @@ _inherited: list = []
 
 # A job finished without a statement in its transaction, waiting to be completed: the job and
 # its output as JSON text (None for none).
-Done = Tuple["Job", Optional[str]]
+Finished = Tuple["Job", Optional[str]]
 
 
 class _ConnectionLost(Exception):
@@ -223,8 +223,8 @@ class Worker:
         self._side_lock = threading.Lock()
         self._lock = threading.Lock()           # guards the fields the supervisor reads
         self._waiting: Deque[Job] = collections.deque()
-        self._done: List[Done] = []             # finished, to be completed in a batch
-        self._done_since = 0.0                  # monotonic time the oldest of them finished
+        self._finished: List[Finished] = []     # finished, to be completed in a batch
+        self._finished_since = 0.0              # monotonic time the oldest of them finished
         self._current: Optional[Job] = None
         self._deadline = 0.0
         self._interrupted = False
@@ -232,7 +232,7 @@ class Worker:
         self._thread_id = 0
         self._use_alarm = False
         self._stopping = threading.Event()
-        self._done_event = threading.Event()
+        self._done = threading.Event()
         self._woken = False
         self._procs: dict = {}                  # isolated: pid -> _Proc, the pool
         self._spawn_at = 0.0                    # isolated: when a dead pool process is replaced
@@ -270,7 +270,7 @@ class Worker:
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     saved[sig] = signal.signal(sig, self._on_stop_signal)
-        self._done_event.clear()
+        self._done.clear()
         supervisor = threading.Thread(target=self._supervise, name="jobcap-supervisor",
                                       daemon=True)
         supervisor.start()
@@ -280,7 +280,7 @@ class Worker:
             else:
                 self._loop()
         finally:
-            self._done_event.set()
+            self._done.set()
             supervisor.join()
             self._disconnect()
             if self._use_alarm:
@@ -400,9 +400,9 @@ class Worker:
             self._report({"outcome": "done", "output": output})
             return
         with self._lock:
-            if not self._done:
-                self._done_since = time.monotonic()
-            self._done.append((job, output))
+            if not self._finished:
+                self._finished_since = time.monotonic()
+            self._finished.append((job, output))
 
     def _settle(self, claim: int) -> list:
         """Completes the finished jobs waiting for it and claims up to `claim` more, in one
@@ -415,7 +415,7 @@ class Worker:
         after the reconnect, and raises.
         """
         with self._lock:
-            done, self._done = self._done, []
+            done, self._finished = self._finished, []
         current = []
         for job, output in done:
             if job.lost:  # a heartbeat found its lease gone
@@ -487,13 +487,13 @@ class Worker:
                 except psycopg.Error:
                     pass
 
-    def _put_back(self, done: List[Done]) -> None:
+    def _put_back(self, done: List[Finished]) -> None:
         with self._lock:
-            if done and not self._done:
-                self._done_since = time.monotonic()
-            self._done[:0] = done
+            if done and not self._finished:
+                self._finished_since = time.monotonic()
+            self._finished[:0] = done
 
-    def _rollback_or_put_back(self, conn: psycopg.Connection, done: List[Done],
+    def _rollback_or_put_back(self, conn: psycopg.Connection, done: List[Finished],
                               error: BaseException) -> None:
         try:
             conn.rollback()
@@ -501,7 +501,7 @@ class Worker:
             self._put_back(done)
             raise psycopg.OperationalError(f"rollback failed: {lost}") from error
 
-    def _complete_each(self, done: List[Done]) -> None:
+    def _complete_each(self, done: List[Finished]) -> None:
         """Completes each job in its own transaction: a stale fence is that job's outcome, an
         error fails that job as a failed completion in its own transaction would have."""
         conn = self._conn
@@ -544,7 +544,7 @@ class Worker:
         """Completes what finished, once, as the loop ends; what cannot be completed now goes
         back when its lease expires."""
         with self._lock:
-            left = len(self._done)
+            left = len(self._finished)
         if not left:
             return
         try:
@@ -555,7 +555,7 @@ class Worker:
             log.warning("worker %s: could not complete %d finished jobs (%s); they go back "
                         "when their leases expire", self.name, left, _first_line(error))
             with self._lock:
-                self._done = []
+                self._finished = []
 
     # --- one batch --------------------------------------------------------------------------
 
@@ -571,8 +571,8 @@ class Worker:
                     if not self._waiting:
                         return
                     job = self._waiting.popleft()
-                    done_since = self._done_since if self._done else None
-                    last = not self._waiting and not self._done
+                    done_since = self._finished_since if self._finished else None
+                    last = not self._waiting and not self._finished
                 if job.lost:
                     self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence)
                                   else None)
@@ -784,7 +784,7 @@ class Worker:
         tick = min(0.25, self.grace / 2)
         last = time.monotonic()
         resumed = last
-        while not self._done_event.wait(tick):
+        while not self._done.wait(tick):
             now = time.monotonic()
             if now - last > tick * 4 + 1:
                 resumed = now  # the process was frozen (SIGSTOP, a VM pause): grant the grace anew
@@ -792,7 +792,7 @@ class Worker:
             with self._lock:
                 current, deadline = self._current, self._deadline
                 interrupted = self._interrupted
-                waiting = list(self._waiting) + [job for job, _ in self._done]
+                waiting = list(self._waiting) + [job for job, _ in self._finished]
             if current is not None and now >= deadline:
                 if not self._use_alarm and not interrupted:
                     with self._lock:  # still in that handler: _finish_handler takes this lock
@@ -833,7 +833,7 @@ class Worker:
                     if not self._busy():
                         self._settle_at_stop()
                         return
-                    if self._done and now >= db_at:
+                    if self._finished and now >= db_at:
                         try:
                             if self._conn is None:
                                 self._connect()
@@ -847,7 +847,7 @@ class Worker:
                     room = (self.concurrency + self.prefetch - len(self._waiting)
                             - self._running())
                     claim = room if room > 0 and now >= claim_at else 0
-                    if (claim or self._done) and now >= db_at:
+                    if (claim or self._finished) and now >= db_at:
                         try:
                             if self._conn is None:
                                 self._connect()
@@ -869,7 +869,7 @@ class Worker:
                             self._waiting.extend(jobs)
                     self._dispatch()
                     self._fill_pool()
-                next_at = max(claim_at, db_at) if not self._done else db_at
+                next_at = max(claim_at, db_at) if not self._finished else db_at
                 if self._pump(next_at):
                     claim_at, poll = 0.0, self.poll_min  # a job was enqueued, or one finished
         finally:
@@ -977,7 +977,7 @@ class Worker:
         self._lock = threading.Lock()  # another thread of the parent may have held these
         self._side_lock = threading.Lock()
         self._waiting = collections.deque()
-        self._done = []
+        self._finished = []
         self._procs = {}
         self._in_child = True
         self._use_alarm = True
@@ -1052,7 +1052,7 @@ class Worker:
         if conn is not None and not self._stopping.is_set():
             fds.append(conn.fileno())
         now = time.monotonic()
-        if self._done:
+        if self._finished:
             wait = max(next_at - now, 0)
         elif self._waiting and not self._stopping.is_set() and any(
                 proc.job is None and not proc.dead for proc in self._procs.values()):
@@ -1127,9 +1127,9 @@ class Worker:
             outcome = message["outcome"]
             if outcome == "done":
                 with self._lock:
-                    if not self._done:
-                        self._done_since = time.monotonic()
-                    self._done.append((job, message["output"]))
+                    if not self._finished:
+                        self._finished_since = time.monotonic()
+                    self._finished.append((job, message["output"]))
             elif outcome == "lost":
                 log.warning("worker %s: job %d lost its connection (%s); it goes back when its "
                             "lease expires", self.name, job.id, message.get("error"))
