@@ -83,9 +83,12 @@ def main() -> None:
         Row("node_inproc", "Node Worker, in-process (function handler)",
             "concurrency=8, prefetch=0: 1 process",
             node + ["inprocess", "concurrency=8"]),
+        Row("node_inproc8", "Node Worker, in-process, prefetch 8",
+            "concurrency=8, prefetch=8: 1 process",
+            node + ["inprocess", "concurrency=8", "prefetch=8"]),
         Row("node_isolated", "Node Worker, isolated (module handler)",
-            "concurrency=8, prefetch=0: 8 child processes, 1 supervisor",
-            node + ["isolated", "concurrency=8"]),
+            "concurrency=8, prefetch=8: 8 child processes, 1 supervisor",
+            node + ["isolated", "concurrency=8", "prefetch=8"]),
     ]
     if args.graphile:
         runner = ["node", os.path.join(HERE, "graphile_runner.js"), args.graphile, url, "8"]
