@@ -511,6 +511,7 @@ class Worker extends EventEmitter {
       .catch((err) => this.logger.error(`worker ${this.name}: job ${job.id}: ${err.stack}`))
       .finally(() => {
         this._inflight.delete(running);
+        this._dispatch();  // a waiting job takes the slot now, not after the loop's round trip
         this._wake();
       });
     this._inflight.add(running);
