@@ -832,6 +832,39 @@ class IsolatedProcessTest(ProcessTest):
         self.assertEqual([self.job(i)[:2] for i in ids[1:]], [("pending", 0)] * 4)
         self.assertEqual(self.effects(ids[0]), [(self.job(ids[0])[2],)])
 
+    def test_a_killed_supervisor_loses_no_job_it_had_yet_to_complete(self):
+        ids = [self.enqueue() for _ in range(300)]
+        proc = self.spawn("light", LEASE=2, TIMEOUT=1, CONCURRENCY=4, PREFETCH=4)
+        wait_for(lambda: self.conn.execute(
+            "SELECT count(*) >= 60 FROM jobcap.jobs WHERE queue = %s AND state = 'succeeded'",
+            (self.queue,)).fetchone()[0], timeout=20)
+        proc.kill()  # SIGKILL: finished jobs not completed yet die with it, and its pool
+        proc.wait()
+        succeeded_before = self.conn.execute(
+            "SELECT count(*) FROM jobcap.jobs WHERE queue = %s AND state = 'succeeded'",
+            (self.queue,)).fetchone()[0]
+        self.assertLess(succeeded_before, len(ids), "killed mid-run")
+        time.sleep(2.2)  # the leases it held run out
+        self.conn.execute("SELECT jobcap.reap_jobs()")
+        again = self.spawn("light", LEASE=2, TIMEOUT=1, CONCURRENCY=4, PREFETCH=4)
+        try:
+            wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids), timeout=30)
+        finally:
+            again.send_signal(signal.SIGTERM)
+            out, _ = again.communicate(timeout=10)
+        self.assertEqual(again.returncode, 0, out)
+        attempts = self.conn.execute("SELECT attempts, count(*) FROM jobcap.jobs WHERE queue = %s"
+                                     " GROUP BY 1 ORDER BY 1", (self.queue,)).fetchall()
+        self.assertEqual(sum(n for _, n in attempts), len(ids))
+        self.assertLessEqual(max(a for a, _ in attempts), 2, attempts)
+        # What the killed worker held came back by its lease, counted: at least once, not lost.
+        retried = self.conn.execute(
+            "SELECT count(DISTINCT job_id) FROM jobcap.job_errors e JOIN jobcap.jobs j"
+            " USING (job_id) WHERE j.queue = %s AND e.kind = 'lease_expired'",
+            (self.queue,)).fetchone()[0]
+        self.assertGreater(retried, 0)
+        self.assertEqual(dict(attempts).get(2, 0), retried)
+
     def test_a_handler_that_ignores_its_timeout_ends_the_process_before_the_lease(self):
         job_id = self.enqueue(max_attempts=1)
         proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
