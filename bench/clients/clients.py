@@ -26,6 +26,39 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PAYLOAD = os.environ["BENCH_PAYLOAD"]
 
 
+def cpu_busy() -> tuple:
+    """(CPU time in seconds the whole machine has spent busy, and the part of it spent by this
+    benchmark: this driver's descendants and the server's processes)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    total = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+    parent, used = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2:].split()
+        parent[int(entry)] = int(rest[1])
+        used[int(entry)] = int(rest[11]) + int(rest[12])
+    roots = {os.getpid(), SERVER_PID}
+    mine = 0
+    for pid, ticks in used.items():
+        p = pid
+        while p > 1 and p not in roots:
+            p = parent.get(p, 0)
+        if p in roots:
+            mine += ticks
+    return total / hz, mine / hz
+
+
+SERVER_PID = 0
+
+
 class Row:
     """One way of draining the backlog: a command and how its finished jobs are counted."""
 
@@ -37,6 +70,7 @@ class Row:
         self.kind = kind  # jobcap: jobcap.jobs; graphile: graphile_worker's job table
         self.rates: list = []
         self.ratios: list = []
+        self.others: list = []  # CPU (cores) used by processes outside the benchmark
         self.invalid = 0
 
 
@@ -105,6 +139,10 @@ def main() -> None:
         rows = [r for r in rows if r.key in keep]
 
     conn = psycopg.connect(conninfo, autocommit=True)
+    global SERVER_PID
+    data = conn.execute("SHOW data_directory").fetchone()[0]
+    with open(os.path.join(data, "postmaster.pid")) as f:
+        SERVER_PID = int(f.readline())
     if any(r.kind == "graphile" for r in rows):
         prepare_graphile(args.graphile, url, conn)
     estimate = {r.key: 8000.0 for r in rows}
@@ -120,7 +158,7 @@ def main() -> None:
             for attempt in range(2):
                 backlog = int(max(estimate[row.key] * 1.6, 2000) * (args.warmup + args.duration
                                                                     + 2)) * (attempt + 1)
-                rate = measure(row, conn, backlog, args.warmup, args.duration)
+                rate, others = measure(row, conn, backlog, args.warmup, args.duration)
                 if rate is not None:
                     break
             if rate is None:
@@ -130,8 +168,9 @@ def main() -> None:
             estimate[row.key] = max(estimate[row.key], rate)
             rates[row.key] = rate
             row.rates.append(rate)
-            print(f"  round {n + 1} {row.key}: {rate:,.0f} jobs/s  (load {os.getloadavg()[0]:.2f})",
-                  flush=True)
+            row.others.append(others)
+            print(f"  round {n + 1} {row.key}: {rate:,.0f} jobs/s  (others used {others:.2f} of"
+                  f" {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f})", flush=True)
         after = os.getloadavg()
         loads.append((before, after))
         if "sql" in rates:
@@ -187,7 +226,8 @@ def finished(row: Row, conn: psycopg.Connection) -> tuple:
 
 def measure(row: Row, conn: psycopg.Connection, backlog: int, warmup: float,
             duration: float):
-    """Jobs/s of one run of row, or None when its backlog ran out before the end."""
+    """(jobs/s of one run of row, or None when its backlog ran out before the end; the CPU
+    that processes outside the benchmark used meanwhile, in cores)."""
     load(row, conn, backlog)
     command = list(row.command)
     if row.key.startswith("sql"):
@@ -199,17 +239,20 @@ def measure(row: Row, conn: psycopg.Connection, backlog: int, warmup: float,
         time.sleep(warmup)
         c0, _ = finished(row, conn)
         t0 = time.monotonic()
+        busy0, mine0 = cpu_busy()
         time.sleep(duration)
         c1, left = finished(row, conn)
         t1 = time.monotonic()
+        busy1, mine1 = cpu_busy()
     finally:
         stop(proc)
         log.close()
     if proc.returncode not in (0, -signal.SIGTERM) and not row.key.startswith("sql"):
         raise SystemExit(f"{row.key} exited with {proc.returncode}: see its log")
+    others = max((busy1 - busy0) - (mine1 - mine0), 0) / (t1 - t0)
     if left == 0 or c1 <= c0:
-        return None
-    return (c1 - c0) / (t1 - t0)
+        return None, others
+    return (c1 - c0) / (t1 - t0), others
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -225,11 +268,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def report(rows: list, loads: list, args: argparse.Namespace) -> str:
-    lines = ["| row | settings | jobs/s (mean of rounds) | rounds | x SQL claim + complete |",
-             "|---|---|---|---|---|"]
+    lines = ["| row | settings | jobs/s (mean of rounds) | rounds | x SQL claim + complete |"
+             " others' CPU (cores, most) |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
         if not row.rates:
-            lines.append(f"| {row.label} | {row.settings} | invalid | - | - |")
+            lines.append(f"| {row.label} | {row.settings} | invalid | - | - | - |")
             continue
         rounds = ", ".join(f"{r:,.0f}" for r in row.rates)
         ratio = f"{statistics.mean(row.ratios):.2f}" if row.ratios else "-"
@@ -237,7 +281,7 @@ def report(rows: list, loads: list, args: argparse.Namespace) -> str:
             ratio += f" ({min(row.ratios):.2f}-{max(row.ratios):.2f})"
         extra = f", {row.invalid} invalid" if row.invalid else ""
         lines.append(f"| {row.label} | {row.settings} | {statistics.mean(row.rates):,.0f} |"
-                     f" {rounds}{extra} | {ratio} |")
+                     f" {rounds}{extra} | {ratio} | {max(row.others):.2f} |")
     load_text = "; ".join(f"round {n + 1}: {b[0]:.2f} before, {a[0]:.2f} after"
                           for n, (b, a) in enumerate(loads))
     lines.append("")
