@@ -171,7 +171,7 @@ def main() -> None:
                     if drained == 2:
                         break
                     continue
-                if others <= args.quiet:
+                if others <= args.quiet or attempt == args.tries - 1:
                     break
                 print(f"  round {n + 1} {row.key}: {rate:,.0f} jobs/s while others used"
                       f" {others:.2f} cores: again", flush=True)
