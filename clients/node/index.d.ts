@@ -124,6 +124,18 @@ export declare function enqueue(db: Queryable, queue: string, payload?: unknown,
   dedupeKey?: string | null }): Promise<number>;
 export declare function complete(db: Queryable, jobId: number, fence: number,
   output?: unknown): Promise<JobState>;
+/** Completes several jobs, each under its own fence, all or nothing (a stale fence throws). */
+export declare function completeJobs(db: Queryable, jobIds: number[], fences: number[],
+  outputs?: unknown[] | null): Promise<number>;
+/** A claimed row, as claim_job and complete_and_claim return it. */
+export interface ClaimedRow {
+  job_id: string; fence: string; attempt: number; max_attempts: number; payload: unknown;
+  lease_expires_at: Date;
+}
+/** Completes a job and claims up to batch more in one statement. */
+export declare function completeAndClaim(db: Queryable, jobId: number, fence: number,
+  queue: string, worker: string, options?: { batch?: number; lease?: number | null;
+  output?: unknown }): Promise<ClaimedRow[]>;
 export declare function fail(db: Queryable, jobId: number, fence: number, error: string,
   retryIn?: number | null): Promise<JobState>;
 export declare function heartbeat(db: Queryable, jobId: number, fence: number,

@@ -1,9 +1,11 @@
 'use strict';
 // A handler's process. The supervising Worker forks it (child_process.fork) with the handler's
-// module path, sends it one job at a time over IPC, and owns the lease: this process opens its
+// module path, sends it one job at a time over IPC, and owns the lease: this process keeps its
 // own connection for the jobs' transactions, runs the handler, completes or fails the job in
-// the handler's transaction and reports the outcome. If it dies (a signal, process.exit, an
-// uncaught error), the supervisor records the attempt as a crash (jobcap.crash_job).
+// the handler's transaction and reports the outcome. A job whose handler never used its
+// connection is reported as done, and the supervisor completes it with others in one
+// statement. If this process dies (a signal, process.exit, an uncaught error), the supervisor
+// records the attempt as a crash (jobcap.crash_job).
 const pg = require('pg');
 const sql = require('./sql');
 const { isStale, translate, isConnectionError } = require('./errors');
@@ -15,6 +17,11 @@ const config = JSON.parse(configJson);
 process.on('SIGTERM', () => {});
 process.on('SIGINT', () => {});
 process.on('disconnect', () => process.exit(0));  // the supervisor is gone
+
+/** A message to the supervisor; none once it is gone (this process then exits on 'disconnect'). */
+function send(message) {
+  if (process.connected) process.send(message, () => {});
+}
 
 let handler;
 let client = null;
@@ -40,13 +47,24 @@ function errorText(err) {
 class ChildJob {
   constructor(data, db, signal) {
     Object.assign(this, data);
-    this.client = db;
+    this._client = db;
+    this._begun = null;  // the BEGIN of the job's transaction, sent at the first use of client
     this.signal = signal;
     /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
     this.output = null;
   }
 
   get lastAttempt() { return this.attempt >= this.maxAttempts; }
+
+  /** The connection with the job's transaction open (it begins at this first use). */
+  get client() {
+    if (!this._begun) {
+      // node-postgres runs a client's queries in order: BEGIN goes before the handler's first.
+      this._begun = this._client.query('BEGIN');
+      this._begun.catch(() => {});  // the handler's own statements fail too; awaited after it
+    }
+    return this._client;
+  }
 
   async query(text, values) {
     try {
@@ -63,7 +81,7 @@ class ChildJob {
     const id = ++nextRequest;
     return new Promise((resolve, reject) => {
       heartbeats.set(id, { resolve, reject });
-      process.send({ type: 'heartbeat', id, jobId: this.id });
+      send({ type: 'heartbeat', id, jobId: this.id });
     });
   }
 }
@@ -82,13 +100,17 @@ async function run(data) {
   try {
     db = await connection();
   } catch (err) {
-    return { outcome: 'lost', error: err.message };
+    return { outcome: 'unstarted', error: err.message };  // the supervisor gives it back
   }
   const controller = new AbortController();
   const job = new ChildJob(data, db, controller.signal);
   try {
-    await db.query('BEGIN');
     await handler(job);
+    if (!job._begun) {
+      // Nothing to commit with the completion: the supervisor completes it in a batch.
+      return { outcome: 'done', output: job.output == null ? null : JSON.stringify(job.output) };
+    }
+    await job._begun;
     const state = await sql.complete(db, job.id, job.fence, job.output);
     await db.query('COMMIT');
     return { outcome: state };
@@ -98,12 +120,14 @@ async function run(data) {
       db.end().catch(() => {});
       return { outcome: 'lost', error: err.message };
     }
-    try {
-      await db.query('ROLLBACK');
-    } catch (rollbackErr) {
-      client = null;
-      db.end().catch(() => {});
-      return { outcome: 'lost', error: rollbackErr.message };
+    if (job._begun) {
+      try {
+        await db.query('ROLLBACK');
+      } catch (rollbackErr) {
+        client = null;
+        db.end().catch(() => {});
+        return { outcome: 'lost', error: rollbackErr.message };
+      }
     }
     if (isStale(err)) {
       const stale = translate(err, err.operation, job.id, job.fence);
@@ -125,7 +149,7 @@ async function run(data) {
 
 process.on('message', (msg) => {
   if (msg.type === 'run') {
-    run(msg.job).then((result) => process.send({ type: 'outcome', jobId: msg.job.id, ...result }));
+    run(msg.job).then((result) => send({ type: 'outcome', jobId: msg.job.id, ...result }));
   } else if (msg.type === 'heartbeat') {
     const waiter = heartbeats.get(msg.id);
     if (!waiter) return;
@@ -142,4 +166,4 @@ process.on('message', (msg) => {
 
 handler = loadHandler();
 connection().catch(() => {});  // ready before the first job; retried then if it failed
-process.send({ type: 'ready' });
+send({ type: 'ready' });

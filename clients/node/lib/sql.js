@@ -109,7 +109,36 @@ async function crash(db, jobId, fence, error) {
   return rows[0].state;
 }
 
+/** Completes several jobs in one statement, each under its own fence; resolves to how many.
+ * All or nothing: when any fence is stale it throws StaleFenceError and completes none, so a
+ * caller that must not lose the others completes each on its own then (as the worker does).
+ * outputs: null, or one JSON value (or null) per job. */
+async function completeJobs(db, jobIds, fences, outputs = null) {
+  const { rows } = outputs == null
+    ? await call(db, 'complete_jobs', 'SELECT jobcap.complete_jobs($1::bigint[], $2::bigint[]) AS n',
+      [jobIds, fences])
+    : await call(db, 'complete_jobs',
+      'SELECT jobcap.complete_jobs($1::bigint[], $2::bigint[], $3::jsonb[]) AS n',
+      [jobIds, fences, outputs.map((o) => (o == null ? null : JSON.stringify(o)))]);
+  return rows[0].n;
+}
+
+/** Completes a job and claims up to `batch` more in one statement (one commit for both);
+ * resolves to the claimed rows. A stale fence throws before anything is claimed. */
+async function completeAndClaim(db, jobId, fence, queue, worker, { batch = 1, lease = null,
+  output = null } = {}) {
+  const columns = 'job_id, fence, attempt, max_attempts, payload, lease_expires_at';
+  const { rows } = output == null
+    ? await call(db, 'complete_and_claim',
+      `SELECT ${columns} FROM jobcap.complete_and_claim($1, $2, $3, $4, $5, $6)`,
+      [jobId, fence, queue, worker, batch, interval(lease)], jobId, fence)
+    : await call(db, 'complete_and_claim',
+      `SELECT ${columns} FROM jobcap.complete_and_claim($1, $2, $3, $4, $5, $6, $7::jsonb)`,
+      [jobId, fence, queue, worker, batch, interval(lease), JSON.stringify(output)], jobId, fence);
+  return rows;
+}
+
 module.exports = {
   interval, createQueue, setMaxRunning, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
-  enqueue, complete, fail, heartbeat, assertFence, release, crash,
+  enqueue, complete, completeJobs, completeAndClaim, fail, heartbeat, assertFence, release, crash,
 };

@@ -15,6 +15,15 @@
 // heartbeats; on stop() or SIGTERM they are given back with jobcap.release_job (pending again,
 // their attempts not counted) and the running ones finish.
 //
+// Settling. The job's transaction begins with the handler's first use of job.client (or
+// job.query, job.assertFence): a job whose handler wrote completes in that transaction, with
+// its writes. A job whose handler never used its connection has nothing to commit with its
+// completion: it is completed on the control connection together with the others that finished
+// meanwhile, in one statement with the next claim (jobcap.complete_and_claim for one job,
+// jobcap.complete_jobs for more, each with its own fence). complete_jobs is all or nothing:
+// when it raises a stale fence (JC001), each job of the batch is completed on its own, so a
+// stale fence costs its job only.
+//
 // The deadline. A handler must finish `timeout` ms after its lease was last granted (claim or
 // job.heartbeat()), and timeout < lease, so it is stopped while the lease is still ours. At
 // the deadline job.signal aborts, the job's connection is cancelled and closed (its
@@ -33,8 +42,19 @@ const { Watchdog } = require('./watchdog');
 const { JobTimeoutError, HandlerCrashedError, HandlerError, StaleFenceError, isStale, translate,
   isConnectionError } = require('./errors');
 
-const CLAIM = 'SELECT job_id, fence, attempt, max_attempts, payload, lease_expires_at' +
-  ' FROM jobcap.claim_job($1, $2, $3, $4)';
+const COLUMNS = 'job_id, fence, attempt, max_attempts, payload, lease_expires_at';
+const CLAIM = `SELECT ${COLUMNS} FROM jobcap.claim_job($1, $2, $3, $4)`;
+// Without an output these call the declarations 0.1.0 has too (six and two arguments).
+const COMPLETE_AND_CLAIM = `SELECT ${COLUMNS} FROM jobcap.complete_and_claim($1, $2, $3, $4, $5, $6)`;
+const COMPLETE_AND_CLAIM_OUTPUT =
+  `SELECT ${COLUMNS} FROM jobcap.complete_and_claim($1, $2, $3, $4, $5, $6, $7::jsonb)`;
+const COMPLETE_JOBS = 'SELECT jobcap.complete_jobs($1::bigint[], $2::bigint[])';
+const COMPLETE_JOBS_OUTPUT = 'SELECT jobcap.complete_jobs($1::bigint[], $2::bigint[], $3::jsonb[])';
+// The claim's batch depends on the completion's result, so the claim runs after it (once: a
+// materialised CTE), in the same statement.
+const thenClaim = (complete, n) => `WITH done(n) AS MATERIALIZED (${complete}) SELECT c.* FROM done` +
+  ` CROSS JOIN LATERAL jobcap.claim_job($${n}, $${n + 1}, $${n + 2} + 0 * done.n, $${n + 3}) AS c`;
+const MAX_BATCH = 10000;  // complete_jobs takes at most this many jobs per call
 const DONE = Symbol('done');
 const TIMEOUT = Symbol('timeout');
 
@@ -49,7 +69,8 @@ class Job {
     this.maxAttempts = row.max_attempts;
     this.payload = row.payload;
     this.leaseExpiresAt = row.lease_expires_at;
-    this.client = null;
+    this._client = null;
+    this._begun = null;  // the BEGIN of the job's transaction, sent at the first use of client
     this.signal = null;
     /** Set by the handler (anything JSON) to keep a result with the job (jobs.output). */
     this.output = null;
@@ -59,6 +80,16 @@ class Job {
 
   /** True when a failure now makes the job dead. */
   get lastAttempt() { return this.attempt >= this.maxAttempts; }
+
+  /** The connection with the job's transaction open (it begins at this first use). */
+  get client() {
+    if (this._client && !this._begun) {
+      // node-postgres runs a client's queries in order: BEGIN goes before the handler's first.
+      this._begun = this._client.query('BEGIN');
+      this._begun.catch(() => {});  // the handler's own statements fail too; awaited after it
+    }
+    return this._client;
+  }
 
   /** Runs a statement in the job's transaction. */
   async query(text, values) {
@@ -130,6 +161,7 @@ class Worker extends EventEmitter {
     this._inflight = new Set();
     this._entries = new Map();   // job id -> { job, deadline, timer, fire }
     this._waiting = [];          // claimed, not started
+    this._finished = [];          // finished with nothing to commit: { job, output } to complete
     this._children = [];         // isolated: idle handler processes
     this._living = new Set();    // isolated: every handler process
     this._fatal = null;
@@ -184,13 +216,13 @@ class Worker extends EventEmitter {
       while (!this._stopping) {
         this._dispatch();
         const room = this.concurrency + this.prefetch - this._inflight.size - this._waiting.length;
-        if (room <= 0) {
+        if (room <= 0 && this._finished.length === 0) {
           await this._nap(Infinity);
           continue;
         }
         let jobs;
         try {
-          jobs = await this._claim(room);
+          jobs = await this._settle(Math.max(room, 0));
           retry = 200;
         } catch (err) {
           if (!isConnectionError(err)) throw err;
@@ -200,15 +232,18 @@ class Worker extends EventEmitter {
           retry = Math.min(retry * 2, 5000);
           continue;
         }
+        if (room <= 0) continue;
         if (jobs.length > 0) {
           poll = this.pollMin;
           this._waiting.push(...jobs);
           continue;
         }
+        if (this._finished.length > 0) continue;
         if (!(await this._nap(poll))) poll = Math.min(poll * 2, this.pollMax);
       }
       await this._releaseWaiting();
       await Promise.allSettled([...this._inflight]);
+      await this._settleAtStop();
     } finally {
       clearInterval(keeper);
       if (handleSignals) {
@@ -217,6 +252,7 @@ class Worker extends EventEmitter {
       }
       await this._releaseWaiting().catch(() => {});
       await Promise.allSettled([...this._inflight]);
+      await this._settleAtStop();
       for (const child of this._living) {
         if (child.connected) child.disconnect();
       }
@@ -245,10 +281,11 @@ class Worker extends EventEmitter {
     }
   }
 
-  /** Heartbeats the jobs that wait, so their leases outlast the wait. */
+  /** Heartbeats the jobs that wait (to start, or to be completed), so their leases outlast the
+   * wait. */
   _keepWaiting() {
     const now = performance.now();
-    for (const job of this._waiting) {
+    for (const job of [...this._waiting, ...this._finished.map((d) => d.job)]) {
       if (job.lost || job._renewing || now - job._grantedAt < this.lease / 3) continue;
       job._renewing = true;
       this._heartbeat(job).catch((err) => {
@@ -262,16 +299,19 @@ class Worker extends EventEmitter {
   async _releaseWaiting() {
     const jobs = this._waiting.splice(0);
     for (const job of jobs) {
-      if (job.lost) continue;
-      try {
-        await this._onControl((control) => sql.release(control, job.id, job.fence));
-        this._settled(job, 'released', null);
-      } catch (err) {
-        if (isStale(err)) this._settled(job, 'stale', err);
-        else {
-          this.logger.warn(`worker ${this.name}: could not release job ${job.id} (${err.message}); ` +
-            'it goes back when its lease expires');
-        }
+      if (!job.lost) await this._release(job);
+    }
+  }
+
+  async _release(job) {
+    try {
+      await this._onControl((control) => sql.release(control, job.id, job.fence));
+      this._settled(job, 'released', null);
+    } catch (err) {
+      if (isStale(err)) this._settled(job, 'stale', err);
+      else {
+        this.logger.warn(`worker ${this.name}: could not release job ${job.id} (${err.message}); ` +
+          'it goes back when its lease expires');
       }
     }
   }
@@ -355,6 +395,115 @@ class Worker extends EventEmitter {
     });
   }
 
+  // --- settling in batches ------------------------------------------------------------------
+
+  /** A job finished with nothing in its transaction: it is completed with the next batch
+   * (the loop wakes when the job's slot is free: _track). */
+  _defer(job, output) {
+    this._finished.push({ job, output });
+  }
+
+  /** Completes the finished jobs waiting for it and claims up to `claim` more, in one statement
+   * on the control connection; resolves to the jobs claimed. A stale fence in the batch
+   * (complete_jobs is all or nothing) or another error of the statement: each job is then
+   * completed on its own. A lost connection puts the jobs back and rejects. */
+  async _settle(claim) {
+    const done = this._finished.splice(0, MAX_BATCH);
+    const current = [];
+    for (const entry of done) {
+      if (entry.job.lost) this._settled(entry.job, 'stale', entry.job.lost);
+      else current.push(entry);
+    }
+    if (current.length === 0) return claim > 0 ? this._claim(claim) : [];
+    const lease = sql.interval(this.lease);
+    return this._onControl(async (control) => {
+      const sent = performance.now();
+      let text;
+      let values;
+      const withOutput = current.some((d) => d.output != null);
+      if (current.length === 1 && claim > 0) {
+        const { job, output } = current[0];
+        text = withOutput ? COMPLETE_AND_CLAIM_OUTPUT : COMPLETE_AND_CLAIM;
+        values = [job.id, job.fence, this.queue, this.name, claim, lease];
+        if (withOutput) values.push(output);
+      } else {
+        text = withOutput ? COMPLETE_JOBS_OUTPUT : COMPLETE_JOBS;
+        values = [current.map((d) => d.job.id), current.map((d) => d.job.fence)];
+        if (withOutput) values.push(current.map((d) => d.output));
+        if (claim > 0) {
+          text = thenClaim(text, values.length + 1);
+          values.push(this.queue, this.name, claim, lease);
+        }
+      }
+      let rows;
+      try {
+        ({ rows } = await control.query(text, values));
+      } catch (err) {
+        if (isConnectionError(err) && !isStale(err)) {
+          this._finished.unshift(...current);
+          throw err;
+        }
+        this.logger.info(`worker ${this.name}: completing ${current.length} jobs together ` +
+          `failed (${err.message}); completing each on its own`);
+        await this._completeEach(control, current);
+        if (claim <= 0) return [];
+        const claimedAt = performance.now();
+        ({ rows } = await control.query(CLAIM, [this.queue, this.name, claim, lease]));
+        return rows.map((row) => new Job(this, row, claimedAt));
+      }
+      for (const { job } of current) this._settled(job, 'succeeded', null);
+      return claim > 0 ? rows.map((row) => new Job(this, row, sent)) : [];
+    });
+  }
+
+  /** Completes each job in a transaction of its own (autocommit): a stale fence is that job's
+   * outcome; another error fails that job, as a failed completion in its transaction would. */
+  async _completeEach(control, entries) {
+    for (let i = 0; i < entries.length; i++) {
+      const { job, output } = entries[i];
+      try {
+        const { rows } = output == null
+          ? await control.query('SELECT jobcap.complete_job($1, $2)::text AS state', [job.id, job.fence])
+          : await control.query('SELECT jobcap.complete_job($1, $2, $3::jsonb)::text AS state',
+            [job.id, job.fence, output]);
+        this._settled(job, rows[0].state, null);
+      } catch (err) {
+        if (isStale(err)) {
+          this._settled(job, 'stale', translate(err, 'complete_job', job.id, job.fence));
+        } else if (isConnectionError(err)) {
+          this._finished.unshift(...entries.slice(i));
+          throw err;
+        } else {
+          try {
+            const state = await sql.fail(control, job.id, job.fence, errorText(err));
+            this._settled(job, state === 'pending' ? 'retry' : state, err);
+          } catch (failErr) {
+            if (isStale(failErr)) this._settled(job, 'stale', failErr);
+            else {
+              this._finished.unshift(...entries.slice(i + 1));
+              throw failErr;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /** Completes what finished, as the loop ends; what cannot be completed goes back when its
+   * lease expires. */
+  async _settleAtStop() {
+    while (this._finished.length > 0) {
+      const left = this._finished.length;
+      try {
+        await this._settle(0);
+      } catch (err) {
+        this.logger.warn(`worker ${this.name}: could not complete ${left} finished jobs ` +
+          `(${err.message}); they go back when their leases expire`);
+        this._finished = [];
+      }
+    }
+  }
+
   // --- one job -------------------------------------------------------------------------------
 
   _track(job) {
@@ -362,6 +511,7 @@ class Worker extends EventEmitter {
       .catch((err) => this.logger.error(`worker ${this.name}: job ${job.id}: ${err.stack}`))
       .finally(() => {
         this._inflight.delete(running);
+        this._dispatch();  // a waiting job takes the slot now, not after the loop's round trip
         this._wake();
       });
     this._inflight.add(running);
@@ -397,7 +547,7 @@ class Worker extends EventEmitter {
     const onError = (err) => { broken = err; };
     client.on('error', onError);
     const controller = new AbortController();
-    job.client = client;
+    job._client = client;
     job.signal = controller.signal;
     const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null };
     const timedOut = new Promise((resolve) => { entry.fire = resolve; });
@@ -405,7 +555,6 @@ class Worker extends EventEmitter {
     this._arm(entry);
     let destroy = false;
     try {
-      await client.query('BEGIN');
       const work = Promise.resolve().then(() => this.handler(job));
       const result = await Promise.race([work.then(() => DONE), timedOut.then(() => TIMEOUT)]);
       if (result === TIMEOUT) {
@@ -419,6 +568,12 @@ class Worker extends EventEmitter {
         return;
       }
       this._unwatch(entry);
+      if (!job._begun) {
+        // Nothing to commit with the completion: it joins the next batch.
+        this._defer(job, job.output == null ? null : JSON.stringify(job.output));
+        return;
+      }
+      await job._begun;
       const state = await sql.complete(client, job.id, job.fence, job.output);
       await client.query('COMMIT');
       this._settled(job, state, null);
@@ -430,10 +585,12 @@ class Worker extends EventEmitter {
           'it goes back when its lease expires');
         return;
       }
-      try {
-        await client.query('ROLLBACK');
-      } catch (rollbackErr) {
-        destroy = true;
+      if (job._begun) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackErr) {
+          destroy = true;
+        }
       }
       if (isStale(err)) {
         this._settled(job, 'stale', translate(err, err.operation, job.id, job.fence));
@@ -547,6 +704,15 @@ class Worker extends EventEmitter {
     if (result.message) {
       this._children.push(child);
       const msg = result.message;
+      if (msg.outcome === 'done') {
+        this._defer(job, msg.output);
+        return;
+      }
+      if (msg.outcome === 'unstarted') {
+        this.logger.warn(`worker ${this.name}: job ${job.id} could not start (${msg.error}); giving it back`);
+        await this._release(job);
+        return;
+      }
       if (msg.outcome === 'lost') {
         this.logger.warn(`worker ${this.name}: job ${job.id} lost its connection (${msg.error}); ` +
           'it goes back when its lease expires');

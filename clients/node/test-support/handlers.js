@@ -1,8 +1,10 @@
 'use strict';
 // The handler module of the isolation tests: the Worker forks a process that loads it.
 // payload.do: 'kill' SIGKILLs its own process, 'abort' aborts it (SIGABRT, as a native crash
-// would), 'throw' throws, 'hang' blocks the event loop, 'sleep' waits payload.ms; every job
-// that returns writes its effect in the job's transaction first.
+// would), 'throw' throws, 'hang' blocks the event loop, 'sleep' waits payload.ms; 'light' does
+// not use its connection at all (it keeps its process id as its output: the supervisor
+// completes it in a batch); every other job that returns writes its effect in the job's
+// transaction first.
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 module.exports = async function handle(job) {
@@ -19,5 +21,9 @@ module.exports = async function handle(job) {
   }
   if (job.payload.started) console.log(`started ${job.id}`);
   if (job.payload.ms) await sleep(job.payload.ms);
+  if (what === 'light') {
+    job.output = { pid: process.pid };
+    return;
+  }
   await job.query('INSERT INTO effects (job_id, fence) VALUES ($1, $2)', [job.id, job.fence]);
 };

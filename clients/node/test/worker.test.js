@@ -493,6 +493,112 @@ describe('isolation', () => {
   });
 });
 
+describe('settling in batches', () => {
+  async function finishedAt(ids) {
+    const { rows } = await db.query('SELECT count(DISTINCT finished_at)::int AS n FROM jobcap.jobs' +
+      ' WHERE job_id = ANY($1)', [ids]);
+    return rows[0].n;
+  }
+  // A handler that returns only once `n` jobs have arrived, so that they finish together.
+  function gathering(n, before = async () => {}) {
+    let arrived = 0;
+    let open;
+    const gate = new Promise((resolve) => { open = resolve; });
+    return async (job) => {
+      await before(job);
+      if (++arrived === n) open();
+      await gate;
+    };
+  }
+
+  it('completes jobs that never used their connection in one statement, outputs kept', async () => {
+    await queue();
+    const ids = [];
+    for (let n = 0; n < 5; n++) ids.push(await enqueue({ n }));
+    const settle = gathering(5);
+    start(async (job) => {
+      await settle(job);
+      if (job.payload.n % 2) job.output = { n: job.payload.n };
+    }, { concurrency: 5 });
+    await waitFor(() => ctx.outcomes.length === 5);
+    for (const id of ids) assert.deepEqual([(await job(id)).state, (await job(id)).attempts], ['succeeded', 1]);
+    // complete_jobs stamps its whole batch with one finished_at; separate completions differ.
+    assert.equal(await finishedAt(ids), 1);
+    const { rows } = await db.query('SELECT output FROM jobcap.jobs WHERE job_id = ANY($1) ORDER BY job_id', [ids]);
+    assert.deepEqual(rows.map((r) => r.output), [null, { n: 1 }, null, { n: 3 }, null]);
+  });
+
+  it('lets one stale fence in a batch cost only its job', async () => {
+    await queue();
+    const ids = [];
+    for (let n = 0; n < 5; n++) ids.push(await enqueue({ n }));
+    const staleId = ids[2];
+    const told = [];
+    const settle = gathering(5, async (job) => {
+      if (job.id === staleId && job.attempt === 1) await expireAndReap(job.id);
+    });
+    start(settle, { concurrency: 5, logger: { info: (m) => told.push(m), warn() {}, error: console.error } });
+    await waitFor(async () => (await job(staleId)).state === 'succeeded' && ctx.outcomes.length === 6);
+    // The batch was tried and refused as a whole (complete_jobs is all or nothing) ...
+    assert.ok(told.some((m) => /completing 5 jobs together failed/.test(m)), told.join('\n'));
+    // ... then each job was completed on its own: the stale one alone lost its attempt.
+    for (const id of ids) {
+      const row = await job(id);
+      assert.deepEqual([row.state, row.attempts], ['succeeded', id === staleId ? 2 : 1], `job ${id}`);
+    }
+    const stale = ctx.outcomes.filter((o) => o.outcome === 'stale');
+    assert.deepEqual(stale.map((o) => o.id), [staleId]);
+    assert.ok(stale[0].error instanceof jobcap.StaleFenceError);
+    assert.equal(stale[0].error.operation, 'complete_job');
+    assert.deepEqual(ctx.outcomes.filter((o) => o.outcome === 'succeeded').map((o) => o.id).sort((a, b) => a - b), ids);
+  });
+
+  it('has completeJobs all or nothing, and completeAndClaim', async () => {
+    await queue();
+    const ids = [];
+    for (let n = 0; n < 3; n++) ids.push(await enqueue({ n }));
+    const { rows } = await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w', 3)", [ctx.queue]);
+    const fence = Object.fromEntries(rows.map((r) => [Number(r.job_id), Number(r.fence)]));
+    await expireAndReap(ids[1]);
+    await assert.rejects(jobcap.completeJobs(db, ids, ids.map((id) => fence[id])), jobcap.StaleFenceError);
+    assert.deepEqual(await Promise.all(ids.map(async (id) => (await job(id)).state)), ['running', 'pending', 'running']);
+    assert.equal(await jobcap.completeJobs(db, [ids[0], ids[2]], [fence[ids[0]], fence[ids[2]]], [{ ok: true }, null]), 2);
+    const { rows: out } = await db.query('SELECT output FROM jobcap.jobs WHERE job_id = $1', [ids[0]]);
+    assert.deepEqual(out[0].output, { ok: true });
+    const [next] = (await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows;
+    assert.equal(Number(next.job_id), ids[1]);
+    const claimed = await jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w', { output: [1] });
+    assert.deepEqual(claimed, []);  // nothing left to claim
+    assert.equal((await job(ids[1])).state, 'succeeded');
+    await assert.rejects(jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w'), jobcap.StaleFenceError);
+  });
+
+  it('runs isolated jobs in long-lived children, replaces a killed one, batches the light ones', async () => {
+    await queue({ maxAttempts: 1 });
+    const handlers = path.join(__dirname, '..', 'test-support', 'handlers.js');
+    const before = [];
+    const after = [];
+    for (let n = 0; n < 8; n++) before.push(await enqueue({ do: n % 2 ? 'light' : 'ok' }));
+    const killer = await enqueue({ do: 'kill' });
+    for (let n = 0; n < 8; n++) after.push(await enqueue({ do: n % 2 ? 'light' : 'ok' }));
+    start(handlers, { concurrency: 2, prefetch: 2 });
+    await waitFor(() => ctx.outcomes.length === 17, 30000);
+    assert.deepEqual({ ...(await job(killer)), fence: undefined }, { state: 'dead', attempts: 1, fence: undefined });
+    const { rows: crashes } = await db.query('SELECT kind, error FROM jobcap.job_errors WHERE job_id = $1', [killer]);
+    assert.deepEqual(crashes, [{ kind: 'crashed', error: 'killed by signal 9 (SIGKILL)' }]);
+    for (const id of [...before, ...after]) {
+      const row = await job(id);
+      assert.deepEqual([row.state, row.attempts], ['succeeded', 1], `job ${id}`);
+    }
+    const { rows } = await db.query("SELECT output->>'pid' AS pid FROM jobcap.jobs WHERE job_id = ANY($1)" +
+      ' AND output IS NOT NULL', [[...before, ...after]]);
+    const pids = new Set(rows.map((r) => Number(r.pid)));
+    assert.equal(rows.length, 8);
+    assert.ok(!pids.has(process.pid), 'the handlers ran in child processes');
+    assert.ok(pids.size <= 3, `two children and one replacement, reused job to job: ${[...pids]}`);
+  });
+});
+
 describe('isolated processes', () => {
   it('on SIGTERM during a batch finishes the started job and releases the others', async () => {
     await queue();

@@ -119,3 +119,40 @@ def crash(conn: psycopg.Connection, job_id: int, fence: int, error: str) -> str:
     with translate("crash_job", job_id, fence):
         return conn.execute("SELECT jobcap.crash_job(%s, %s, %s)::text",
                             (job_id, fence, error)).fetchone()[0]
+
+
+def complete_jobs(conn: psycopg.Connection, job_ids: list, fences: list,
+                  outputs: Optional[list] = None) -> int:
+    """Completes several jobs in one statement, each under its own fence; returns how many.
+
+    All or nothing: when any fence is stale it raises StaleFence (job_id and fence name the
+    first stale pair) and completes none of them, so a caller that must not lose the others
+    completes each on its own then (as the worker loop does). outputs: None, or one JSON value
+    (or None) per job.
+    """
+    with translate("complete_jobs"):
+        if outputs is None:
+            return conn.execute("SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[])",
+                                (list(job_ids), list(fences))).fetchone()[0]
+        return conn.execute(
+            "SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[], %s::jsonb[])",
+            (list(job_ids), list(fences),
+             [None if o is None else Jsonb(o) for o in outputs])).fetchone()[0]
+
+
+def complete_and_claim(conn: psycopg.Connection, job_id: int, fence: int, queue: str,
+                       worker: str, batch: int = 1, lease: Optional[Seconds] = None,
+                       output: Any = None) -> list:
+    """Completes a job and claims up to batch more in one statement (one commit for both);
+    returns the claimed rows (job_id, fence, attempt, max_attempts, payload, lease_expires_at).
+    A stale fence raises StaleFence before anything is claimed. Commit before doing the work:
+    the claim counted the attempts."""
+    columns = "job_id, fence, attempt, max_attempts, payload, lease_expires_at"
+    with translate("complete_and_claim", job_id, fence):
+        if output is None:
+            return conn.execute(
+                f"SELECT {columns} FROM jobcap.complete_and_claim(%s, %s, %s, %s, %s, %s)",
+                (job_id, fence, queue, worker, batch, interval(lease))).fetchall()
+        return conn.execute(
+            f"SELECT {columns} FROM jobcap.complete_and_claim(%s, %s, %s, %s, %s, %s, %s)",
+            (job_id, fence, queue, worker, batch, interval(lease), Jsonb(output))).fetchall()

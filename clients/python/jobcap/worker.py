@@ -1,20 +1,35 @@
 """The worker loop: claim jobs, run each under a deadline, settle it, repeat.
 
 Isolated (the default, ``isolate=True``): the process that calls run() is a supervisor. It owns
-the claims, the leases and the heartbeats of the jobs it holds, and runs each handler in a child
-process of its own (os.fork), which opens its own connection for the job's transaction and
-completes or fails the job in it. A handler that SIGKILLs or segfaults its process costs nothing
-to the other jobs held: the supervisor sees the child die and records the attempt at once with
-jobcap.crash_job ("killed by signal N", history kind 'crashed'); the jobs not started yet are
-run as usual. It holds at most ``concurrency + prefetch`` claimed jobs (defaults 1 and 0), and
-on stop() or SIGTERM gives the unstarted ones back with jobcap.release_job (pending again, their
-attempts not counted) while the running ones finish. A child that ignores its timeout is
-SIGKILLed by the supervisor before the lease runs out and recorded as a crash.
+the claims, the leases and the heartbeats of the jobs it holds, and runs the handlers in a pool
+of ``concurrency`` processes forked when run() starts (os.fork), each with a connection of its
+own that lives as long as the process: a job's handler, its writes through job.conn and its
+completion run in one transaction in the pool process that runs it. A handler that SIGKILLs,
+segfaults or exits its process costs nothing to the other jobs held: the supervisor sees the
+process die, records the attempt at once with jobcap.crash_job ("killed by signal N", history
+kind 'crashed') and forks a replacement; the jobs not started yet are run as usual. It holds
+at most ``concurrency + prefetch`` claimed jobs (defaults 1 and 0), and on stop() or SIGTERM
+gives the unstarted ones back with jobcap.release_job (pending again, their attempts not
+counted) while the running ones finish. A handler that ignores its timeout is SIGKILLed by the
+supervisor before the lease runs out and recorded as a crash.
 
 In-process (``isolate=False``): one Worker is one connection doing the work (claims, and each
-job's transaction) plus one side connection for heartbeats. Jobs of a batch run one after another in the thread that called
-run(); a supervisor thread keeps the leases of the jobs still waiting in the batch alive and
-ends a handler that will not stop.
+job's transaction) plus one side connection for heartbeats. Jobs of a batch run one after
+another in the thread that called run(); a supervisor thread keeps the leases of the jobs still
+waiting in the batch alive and ends a handler that will not stop.
+
+Settling. A job whose handler wrote through job.conn completes in its own transaction, with
+those writes (in-process, the last job of a batch completes with jobcap.complete_and_claim, which
+claims the next batch in the same transaction). A job whose handler returned without a
+statement in its transaction has nothing to commit with its completion: it is completed later,
+together with the others that finished meanwhile and in one transaction with the next claim:
+jobcap.complete_and_claim for one job, jobcap.complete_jobs for more, each with its own fence.
+complete_jobs is all or nothing, so when it raises a stale fence (JC001) the batch rolls back
+and each of its jobs is completed on its own: a stale fence costs its job only (outcome
+"stale"). Isolated, the pool process reports such a job to the supervisor, which completes it
+with the next claim; in-process, the jobs of a batch are completed with the next claim, or
+sooner when one has waited ``settle_window`` seconds when the next handler starts. A job
+waiting to be completed keeps its lease by heartbeats, as a job waiting to start does.
 
 The deadline. A job's handler must finish `timeout` seconds after its lease was last granted
 (claim or heartbeat), and timeout < lease: the handler is stopped while the lease is still
@@ -27,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
 import json
 import datetime as dt
 import logging
@@ -38,7 +52,7 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Deque, Optional
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 import psycopg
 
@@ -47,15 +61,28 @@ from .errors import HandlerCrashed, JobTimeout, StaleFence, as_stale, is_stale, 
 
 log = logging.getLogger("jobcap")
 
-CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload, lease_expires_at"
-         " FROM jobcap.claim_job(%s, %s, %s, %s)")
+COLUMNS = "job_id, fence, attempt, max_attempts, payload, lease_expires_at"
+CLAIM = f"SELECT {COLUMNS} FROM jobcap.claim_job(%s, %s, %s, %s)"
+# Without an output these call the declarations 0.1.0 has too (six and two arguments).
+COMPLETE_AND_CLAIM = f"SELECT {COLUMNS} FROM jobcap.complete_and_claim(%s, %s, %s, %s, %s, %s)"
+COMPLETE_AND_CLAIM_OUTPUT = (f"SELECT {COLUMNS} FROM jobcap.complete_and_claim(%s, %s, %s, %s,"
+                             " %s, %s, %s::jsonb)")
+COMPLETE_JOBS = "SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[])"
+COMPLETE_JOBS_OUTPUT = "SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[], %s::jsonb[])"
+COMPLETE_OUTPUT = "SELECT jobcap.complete_job(%s, %s, %s::jsonb)::text"
+COMPLETE = "SELECT jobcap.complete_job(%s, %s)::text"
+MAX_BATCH = 10000  # complete_jobs takes at most this many jobs per call
 
 HANG_EXIT_STATUS = 70
 
-# Connections a forked child inherited from its supervisor: kept referenced and never closed in
-# the child (closing one would end the supervisor's session on the shared socket); the child
+# Connections a forked process inherited from its supervisor: kept referenced and never closed
+# in the child (closing one would end the supervisor's session on the shared socket); the child
 # leaves with os._exit, which runs no finalizer.
 _inherited: list = []
+
+# A job finished without a statement in its transaction, waiting to be completed: the job and
+# its output as JSON text (None for none).
+Finished = Tuple["Job", Optional[str]]
 
 
 class _ConnectionLost(Exception):
@@ -109,6 +136,21 @@ class Job:
         """
         return self._worker._heartbeat(self, running=True)
 
+    def _message(self) -> dict:
+        """The job as the supervisor hands it to a pool process."""
+        expires = self.lease_expires_at
+        return {"id": self.id, "fence": self.fence, "attempt": self.attempt,
+                "max_attempts": self.max_attempts, "payload": self.payload,
+                "lease_expires_at": None if expires is None else expires.isoformat(),
+                "granted_at": self._granted_at}
+
+    @classmethod
+    def _from_message(cls, worker: "Worker", m: dict) -> "Job":
+        expires = m["lease_expires_at"]
+        row = (m["id"], m["fence"], m["attempt"], m["max_attempts"], m["payload"],
+               None if expires is None else dt.datetime.fromisoformat(expires))
+        return cls(worker, row, m["granted_at"])
+
     def __repr__(self) -> str:
         return f"<Job {self.id} fence {self.fence} attempt {self.attempt}/{self.max_attempts}>"
 
@@ -121,8 +163,9 @@ class Worker:
     """Runs ``handler(job)`` for the jobs of one queue until stop() or SIGTERM.
 
     Outcomes, reported to ``on_settled(job, outcome, error)`` when given: "succeeded", "retry"
-    (failed, will be retried after backoff), "dead" (failed at its cap) and "stale" (the lease
-    was lost: the job's writes rolled back and the job is someone else's).
+    (failed, will be retried after backoff), "dead" (failed at its cap), "stale" (the lease
+    was lost: the job's writes rolled back and the job is someone else's) and "released"
+    (held, not started, given back on stop).
     """
 
     def __init__(self, conninfo: str, queue: str, handler: Handler, *,
@@ -130,7 +173,7 @@ class Worker:
                  lease: float = 60.0, timeout: Optional[float] = None, poll_min: float = 0.05,
                  poll_max: float = 5.0, on_settled: Optional[Settled] = None,
                  exit_on_hang: bool = True, isolate: bool = True, concurrency: int = 1,
-                 prefetch: Optional[int] = None):
+                 prefetch: Optional[int] = None, settle_window: float = 0.05):
         if batch is not None and batch < 1:
             raise ValueError("batch must be at least 1")
         if concurrency < 1:
@@ -151,6 +194,8 @@ class Worker:
                              f"lease ({lease}s): the handler must stop while the lease is ours")
         if not 0 < poll_min <= poll_max:
             raise ValueError("poll_min must be positive and at most poll_max")
+        if not 0 <= settle_window < lease / 3:
+            raise ValueError("settle_window must be at least 0 and under a third of the lease")
         self.conninfo = conninfo
         self.queue = queue
         self.handler = handler
@@ -164,16 +209,22 @@ class Worker:
         self.lease = float(lease)
         self.timeout = float(timeout)
         self.grace = (self.lease - self.timeout) / 2
+        # A job that waited longer than this to start is heartbeated first, so that at least
+        # 95% of its timeout fits (a heartbeat per job would cost a commit per job).
+        self._renew_after = min(self.lease / 3, self.timeout / 20)
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.on_settled = on_settled
         self.exit_on_hang = exit_on_hang
+        self.settle_window = settle_window
 
         self._conn: Optional[psycopg.Connection] = None
         self._side: Optional[psycopg.Connection] = None
         self._side_lock = threading.Lock()
         self._lock = threading.Lock()           # guards the fields the supervisor reads
         self._waiting: Deque[Job] = collections.deque()
+        self._finished: List[Finished] = []     # finished, to be completed in a batch
+        self._finished_since = 0.0              # monotonic time the oldest of them finished
         self._current: Optional[Job] = None
         self._deadline = 0.0
         self._interrupted = False
@@ -183,7 +234,9 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._woken = False
-        self._children: dict = {}               # isolated: pid -> _Child
+        self._procs: dict = {}                  # isolated: pid -> _Proc, the pool
+        self._spawn_at = 0.0                    # isolated: when a dead pool process is replaced
+        self._spawn_backoff = 0.0
         self._in_child = False
         self._report_fd = -1
         self._wake_r, self._wake_w = os.pipe()
@@ -245,7 +298,7 @@ class Worker:
             try:
                 if self._conn is None:
                     self._connect()
-                jobs = self._claim()
+                jobs = self._settle(self.batch)
                 retry = 0.2
             except psycopg.OperationalError as error:
                 log.warning("worker %s: database unavailable (%s); retrying in %.1fs",
@@ -268,6 +321,7 @@ class Worker:
                     poll = min(poll * 2, self.poll_max)
             except psycopg.OperationalError:
                 self._disconnect()
+        self._settle_at_stop()
 
     def _connect(self) -> None:
         app = f"jobcap worker {self.name}"[:63]
@@ -290,11 +344,9 @@ class Worker:
                     pass
 
     def _claim(self, count: Optional[int] = None) -> list:
-        assert self._conn is not None
         sent = time.monotonic()
-        rows = self._conn.execute(CLAIM, (self.queue, self.name, count or self.batch,
-                                          sql.interval(self.lease))).fetchall()
-        self._conn.commit()
+        rows = self._execute_alone(CLAIM, (self.queue, self.name, count or self.batch,
+                                           sql.interval(self.lease)))
         return [Job(self, row, sent) for row in rows]
 
     def _wait(self, timeout: float) -> bool:
@@ -340,23 +392,197 @@ class Worker:
             select.select([self._wake_r], [], [], seconds)
             self._drain_wake_pipe()
 
+    # --- settling in batches ----------------------------------------------------------------
+
+    def _defer(self, job: Job, output: Optional[str]) -> None:
+        """A job finished with nothing in its transaction: complete it with the next batch."""
+        if self._in_child:
+            self._report({"outcome": "done", "output": output})
+            return
+        with self._lock:
+            if not self._finished:
+                self._finished_since = time.monotonic()
+            self._finished.append((job, output))
+
+    def _settle(self, claim: int) -> list:
+        """Completes the finished jobs waiting for it and claims up to `claim` more, in one
+        statement (its own transaction: one round trip, one commit) on the work connection;
+        returns the jobs claimed.
+
+        A stale fence in the batch (complete_jobs is all or nothing) or any other error of the
+        statement rolls it back, and each job is then settled on its own: a job's stale fence
+        or error never costs the others. A lost connection puts the jobs back, to be completed
+        after the reconnect, and raises.
+        """
+        with self._lock:
+            done, self._finished = self._finished, []
+        current = []
+        for job, output in done:
+            if job.lost:  # a heartbeat found its lease gone
+                self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
+            else:
+                current.append((job, output))
+        if not current:
+            return self._claim(claim) if claim else []
+        sent = time.monotonic()
+        lease = sql.interval(self.lease)
+        rows: list = []
+        for at in range(0, len(current), MAX_BATCH):
+            part = current[at:at + MAX_BATCH]
+            last = at + MAX_BATCH >= len(current)
+            count = claim if last else 0
+            outputs = [output for _, output in part]
+            with_output = any(output is not None for output in outputs)
+            if len(part) == 1 and count:
+                (job, output), = part
+                if output is None:
+                    query, params = COMPLETE_AND_CLAIM, (job.id, job.fence, self.queue,
+                                                         self.name, count, lease)
+                else:
+                    query, params = COMPLETE_AND_CLAIM_OUTPUT, (job.id, job.fence, self.queue,
+                                                                self.name, count, lease, output)
+            else:
+                params = ([job.id for job, _ in part], [job.fence for job, _ in part])
+                if with_output:
+                    params += (outputs,)
+                query = COMPLETE_JOBS_OUTPUT if with_output else COMPLETE_JOBS
+                if count:
+                    # The claim's batch depends on the completion's result, so the claim runs
+                    # after it (once: a materialised CTE), in the same statement.
+                    query = (f"WITH done(n) AS MATERIALIZED ({query}) SELECT c.* FROM done"
+                             f" CROSS JOIN LATERAL jobcap.claim_job(%s, %s, %s + 0 * done.n, %s)"
+                             f" AS c")
+                    params += (self.queue, self.name, count, lease)
+            try:
+                result = self._execute_alone(query, params)
+            except psycopg.OperationalError:
+                self._put_back(current[at:])
+                raise
+            except psycopg.Error as error:
+                log.info("worker %s: completing %d jobs together failed (%s); completing each "
+                         "on its own", self.name, len(part), _first_line(error))
+                self._complete_each(part)
+                if not last:
+                    continue
+                return self._claim(claim) if claim else []
+            if count:
+                rows = result
+            for job, _ in part:
+                self._settled(job, "succeeded", None)
+        return [Job(self, row, sent) for row in rows]
+
+    def _execute_alone(self, query: str, params: tuple) -> list:
+        """Runs one statement in a transaction of its own (autocommit: no BEGIN and COMMIT round
+        trips); returns its rows. The connection must be idle: it is, between jobs."""
+        conn = self._conn
+        assert conn is not None
+        conn.autocommit = True
+        try:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+        finally:
+            if not conn.closed and not conn.broken:
+                try:
+                    conn.autocommit = False
+                except psycopg.Error:
+                    pass
+
+    def _put_back(self, done: List[Finished]) -> None:
+        with self._lock:
+            if done and not self._finished:
+                self._finished_since = time.monotonic()
+            self._finished[:0] = done
+
+    def _rollback_or_put_back(self, conn: psycopg.Connection, done: List[Finished],
+                              error: BaseException) -> None:
+        try:
+            conn.rollback()
+        except psycopg.Error as lost:
+            self._put_back(done)
+            raise psycopg.OperationalError(f"rollback failed: {lost}") from error
+
+    def _complete_each(self, done: List[Finished]) -> None:
+        """Completes each job in its own transaction: a stale fence is that job's outcome, an
+        error fails that job as a failed completion in its own transaction would have."""
+        conn = self._conn
+        assert conn is not None
+        for n, (job, output) in enumerate(done):
+            try:
+                with translate("complete_job", job.id, job.fence):
+                    if output is None:
+                        state = conn.execute(COMPLETE, (job.id, job.fence)).fetchone()[0]
+                    else:
+                        state = conn.execute(COMPLETE_OUTPUT,
+                                             (job.id, job.fence, output)).fetchone()[0]
+                conn.commit()
+            except StaleFence as stale:
+                self._rollback_or_put_back(conn, done[n + 1:], stale)
+                log.info("worker %s: job %d fence %d is stale (%s)", self.name, job.id,
+                         job.fence, stale)
+                self._settled(job, "stale", stale)
+                continue
+            except psycopg.OperationalError:
+                self._put_back(done[n:])
+                raise
+            except psycopg.Error as error:
+                self._rollback_or_put_back(conn, done[n + 1:], error)
+                try:
+                    state = sql.fail(conn, job.id, job.fence, _error_text(error))
+                    conn.commit()
+                except StaleFence as stale:
+                    self._rollback_or_put_back(conn, done[n + 1:], stale)
+                    self._settled(job, "stale", stale)
+                    continue
+                except psycopg.OperationalError:
+                    self._put_back(done[n + 1:])
+                    raise
+                self._settled(job, "retry" if state == "pending" else state, error)
+                continue
+            self._settled(job, state, None)
+
+    def _settle_at_stop(self) -> None:
+        """Completes what finished, once, as the loop ends; what cannot be completed now goes
+        back when its lease expires."""
+        with self._lock:
+            left = len(self._finished)
+        if not left:
+            return
+        try:
+            if self._conn is None:
+                self._connect()
+            self._settle(0)
+        except psycopg.Error as error:
+            log.warning("worker %s: could not complete %d finished jobs (%s); they go back "
+                        "when their leases expire", self.name, left, _first_line(error))
+            with self._lock:
+                self._finished = []
+
     # --- one batch --------------------------------------------------------------------------
 
     def _work(self, jobs: list) -> None:
         with self._lock:
             self._waiting.extend(jobs)
         try:
-            first = True
             while True:
+                if self._stopping.is_set():
+                    self._release_waiting()
+                    return
                 with self._lock:
                     if not self._waiting:
                         return
                     job = self._waiting.popleft()
+                    done_since = self._finished_since if self._finished else None
+                    last = not self._waiting and not self._finished
                 if job.lost:
                     self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence)
                                   else None)
                     continue
-                if not first:
+                if done_since is not None and time.monotonic() - done_since >= self.settle_window:
+                    try:
+                        self._settle(0)
+                    except psycopg.OperationalError as error:
+                        raise _ConnectionLost(error) from error
+                if time.monotonic() - job._granted_at > self._renew_after:
                     # It waited behind the others: renew its lease so the full timeout fits.
                     try:
                         self._heartbeat(job, running=False)
@@ -365,13 +591,19 @@ class Worker:
                         continue
                     except psycopg.OperationalError:
                         pass  # the side connection; the job's deadline still holds
-                first = False
-                self._run_one(job)
+                claim = self.batch if last and not self._stopping.is_set() else 0
+                more = self._run_one(job, claim)
+                if more:
+                    with self._lock:
+                        self._waiting.extend(more)
         finally:
             with self._lock:
                 self._waiting.clear()
 
-    def _run_one(self, job: Job) -> None:
+    def _run_one(self, job: Job, claim: int = 0) -> list:
+        """Runs one job in its transaction on the work connection and settles it (in-process,
+        or in a pool process). claim > 0 (in-process, the batch's last job): a completion in the
+        job's transaction claims that many more with it; returns them."""
         conn = self._conn
         assert conn is not None
         job.conn = conn
@@ -381,6 +613,24 @@ class Worker:
                 self.handler(job)
             finally:
                 self._finish_handler()
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                # Nothing to commit with the completion: it joins the next batch.
+                self._defer(job, None if job.output is None else json.dumps(job.output))
+                return []
+            if claim and not self._stopping.is_set():
+                sent = time.monotonic()
+                with translate("complete_and_claim", job.id, job.fence):
+                    if job.output is None:
+                        rows = conn.execute(COMPLETE_AND_CLAIM, (
+                            job.id, job.fence, self.queue, self.name, claim,
+                            sql.interval(self.lease))).fetchall()
+                    else:
+                        rows = conn.execute(COMPLETE_AND_CLAIM_OUTPUT, (
+                            job.id, job.fence, self.queue, self.name, claim,
+                            sql.interval(self.lease), json.dumps(job.output))).fetchall()
+                conn.commit()
+                self._settled(job, "succeeded", None)
+                return [Job(self, row, sent) for row in rows]
             state = sql.complete(conn, job.id, job.fence, job.output)
             conn.commit()
             self._settled(job, state, None)
@@ -394,7 +644,10 @@ class Worker:
                 pass
             self._disconnect()
             try:
-                self._connect()
+                if self._in_child:
+                    self._connect_job()
+                else:
+                    self._connect()
             except psycopg.OperationalError as error:
                 raise _ConnectionLost(error) from error
             self._fail(job, f"JobTimeout: handler ran past its {self.timeout:g}s timeout",
@@ -418,6 +671,7 @@ class Worker:
             raise
         finally:
             job.conn = None
+        return []
 
     def _fail(self, job: Job, text: str, error: BaseException) -> None:
         conn = self._conn
@@ -446,7 +700,7 @@ class Worker:
             return
         if outcome == "succeeded":
             log.debug("worker %s: job %d succeeded", self.name, job.id)
-        elif outcome != "stale":
+        elif outcome not in ("stale", "released"):
             log.info("worker %s: job %d attempt %d/%d failed (%s): %s", self.name, job.id,
                      job.attempt, job.max_attempts, outcome,
                      _first_line(error))
@@ -494,20 +748,27 @@ class Worker:
 
     def _heartbeat(self, job: Job, running: bool) -> dt.datetime:
         with self._side_lock:
-            try:
-                if self._side is None or self._side.closed:
-                    self._side = psycopg.connect(self.conninfo, autocommit=True,
-                                                 application_name=f"jobcap side {self.name}"[:63])
-                sent = time.monotonic()
-                expires = sql.heartbeat(self._side, job.id, job.fence)
-            except StaleFence:
-                raise
-            except BaseException:
-                # Lost, or interrupted mid-statement (JobTimeout): do not trust it again.
-                if self._side is not None:
-                    self._side.close()
-                self._side = None
-                raise
+            for again in (True, False):
+                fresh = self._side is None or self._side.closed
+                try:
+                    if fresh:
+                        self._side = psycopg.connect(
+                            self.conninfo, autocommit=True,
+                            application_name=f"jobcap side {self.name}"[:63])
+                    sent = time.monotonic()
+                    expires = sql.heartbeat(self._side, job.id, job.fence)
+                    break
+                except StaleFence:
+                    raise
+                except BaseException as error:
+                    # Lost, or interrupted mid-statement (JobTimeout): do not trust it again.
+                    if self._side is not None:
+                        self._side.close()
+                    self._side = None
+                    # A connection kept since an earlier heartbeat may have died meanwhile (a
+                    # server restart): one more try on a new one (a heartbeat may repeat).
+                    if not (again and not fresh and isinstance(error, psycopg.OperationalError)):
+                        raise
         job.lease_expires_at = expires
         job._granted_at = sent
         if self._in_child:
@@ -531,7 +792,7 @@ class Worker:
             with self._lock:
                 current, deadline = self._current, self._deadline
                 interrupted = self._interrupted
-                waiting = list(self._waiting)
+                waiting = list(self._waiting) + [job for job, _ in self._finished]
             if current is not None and now >= deadline:
                 if not self._use_alarm and not interrupted:
                     with self._lock:  # still in that handler: _finish_handler takes this lock
@@ -555,57 +816,136 @@ class Worker:
                     log.warning("worker %s: heartbeat of job %d failed: %s", self.name, job.id,
                                 error)
 
-
-    # --- isolated: a supervisor and one child process per running job ------------------------
+    # --- isolated: a supervisor and a pool of processes ----------------------------------------
 
     def _loop_isolated(self) -> None:
         poll = self.poll_min
         retry = 0.2
         claim_at = 0.0  # monotonic time of the next claim while there is room
-        while True:
-            stopping = self._stopping.is_set()
-            if stopping:
-                self._release_waiting()
-                if not self._children:
-                    return
-            else:
-                room = self.concurrency + self.prefetch - len(self._waiting) - len(self._children)
-                if room > 0 and time.monotonic() >= claim_at:
-                    try:
-                        if self._conn is None:
-                            self._connect()
-                        jobs = self._claim(room)
-                        retry = 0.2
-                    except psycopg.OperationalError as error:
-                        log.warning("worker %s: database unavailable (%s); retrying in %.1fs",
-                                    self.name, _first_line(error), retry)
-                        self._disconnect()
-                        jobs = []
-                        claim_at = time.monotonic() + retry
-                        retry = min(retry * 2, 5.0)
-                    else:
-                        if jobs:
-                            poll = self.poll_min
-                            claim_at = 0.0
+        db_at = 0.0     # after a failed attempt: the next time the database is tried
+        self._spawn_backoff = 0.0
+        try:
+            self._fill_pool()
+            while True:
+                now = time.monotonic()
+                if self._stopping.is_set():
+                    self._release_waiting()
+                    if not self._busy():
+                        self._settle_at_stop()
+                        return
+                    if self._finished and now >= db_at:
+                        try:
+                            if self._conn is None:
+                                self._connect()
+                            self._settle(0)
+                        except psycopg.OperationalError as error:
+                            self._database_unavailable(error, retry)
+                            db_at = now + retry
+                            retry = min(retry * 2, 5.0)
+                else:
+                    self._dispatch()  # idle processes get work before the round trip below
+                    room = (self.concurrency + self.prefetch - len(self._waiting)
+                            - self._running())
+                    claim = room if room > 0 and now >= claim_at else 0
+                    if (claim or self._finished) and now >= db_at:
+                        try:
+                            if self._conn is None:
+                                self._connect()
+                            jobs = self._settle(claim)
+                            retry = 0.2
+                        except psycopg.OperationalError as error:
+                            self._database_unavailable(error, retry)
+                            jobs = []
+                            db_at = now + retry
+                            retry = min(retry * 2, 5.0)
                         else:
-                            claim_at = time.monotonic() + poll
-                            poll = min(poll * 2, self.poll_max)
-                    with self._lock:
-                        self._waiting.extend(jobs)
-                self._start_children()
-            if self._pump(claim_at):
-                claim_at, poll = 0.0, self.poll_min  # woken: a job was enqueued, or one finished
+                            if jobs:
+                                poll = self.poll_min
+                                claim_at = 0.0
+                            elif claim:
+                                claim_at = now + poll
+                                poll = min(poll * 2, self.poll_max)
+                        with self._lock:
+                            self._waiting.extend(jobs)
+                    self._dispatch()
+                    self._fill_pool()
+                next_at = max(claim_at, db_at) if not self._finished else db_at
+                if self._pump(next_at):
+                    claim_at, poll = 0.0, self.poll_min  # a job was enqueued, or one finished
+        finally:
+            self._empty_pool()
 
-    def _start_children(self) -> None:
-        while len(self._children) < self.concurrency and not self._stopping.is_set():
+    def _database_unavailable(self, error: BaseException, retry: float) -> None:
+        log.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.name,
+                    _first_line(error), retry)
+        self._disconnect()
+
+    def _running(self) -> int:
+        return sum(1 for proc in self._procs.values() if proc.job is not None)
+
+    def _busy(self) -> bool:
+        return any(proc.job is not None for proc in self._procs.values())
+
+    def _fill_pool(self) -> None:
+        """Forks pool processes up to concurrency (at start, and to replace the dead)."""
+        if self._stopping.is_set() or time.monotonic() < self._spawn_at:
+            return
+        while len(self._procs) < self.concurrency:
+            self._fork()
+
+    def _fork(self) -> None:
+        cmd_r, cmd_w = os.pipe()
+        report_r, report_w = os.pipe()
+        logging_flush()
+        pid = os.fork()
+        if pid == 0:  # the pool process: never returns
+            status = 1
+            try:
+                os.close(cmd_w)
+                os.close(report_r)
+                status = self._pool_main(cmd_r, report_w)
+            except BaseException:
+                pass
+            finally:
+                os._exit(status)
+        os.close(cmd_r)
+        os.close(report_w)
+        os.set_blocking(report_r, False)
+        self._procs[pid] = _Proc(pid, cmd_w, report_r)
+
+    def _dispatch(self) -> None:
+        """Hands waiting jobs to idle pool processes."""
+        for proc in list(self._procs.values()):
+            if proc.job is not None or proc.dead:
+                continue
+            job = self._next_job()
+            if job is None:
+                return
+            data = (json.dumps(job._message()) + "\n").encode()
+            proc.job = job
+            proc.deadline = job._granted_at + self.timeout
+            proc.killed = False
+            try:
+                while data:
+                    data = data[os.write(proc.cmd_fd, data):]
+            except OSError:
+                # The process is gone (its exit is handled by _pump): the job never reached it.
+                proc.job = None
+                proc.dead = True
+                with self._lock:
+                    self._waiting.appendleft(job)
+
+    def _next_job(self) -> Optional[Job]:
+        """The next waiting job that may start, its lease renewed if it waited long."""
+        while not self._stopping.is_set():
             with self._lock:
                 if not self._waiting:
-                    return
+                    return None
                 job = self._waiting.popleft()
             if job.lost:
                 self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
                 continue
-            if time.monotonic() - job._granted_at > self.lease / 3:
+            if time.monotonic() - job._granted_at > self._renew_after:
                 # It waited behind others: renew its lease so the full timeout fits.
                 try:
                     self._heartbeat(job, running=False)
@@ -614,81 +954,118 @@ class Worker:
                     continue
                 except psycopg.OperationalError:
                     pass  # the side connection; the job's deadline still holds
-            self._fork(job)
+            return job
+        return None
 
-    def _fork(self, job: Job) -> None:
-        read_fd, write_fd = os.pipe()
-        logging_flush()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            status = 1
-            try:
-                os.close(read_fd)
-                status = self._child_main(job, write_fd)
-            except BaseException:
-                pass
-            finally:
-                os._exit(status)
-        os.close(write_fd)
-        os.set_blocking(read_fd, False)
-        self._children[pid] = _Child(job, read_fd, job._granted_at + self.timeout)
-
-    def _child_main(self, job: Job, report_fd: int) -> int:
-        """The child: its own connection, the handler, the settle; the outcome to the parent."""
+    def _pool_main(self, cmd_fd: int, report_fd: int) -> int:
+        """A pool process: runs the jobs the supervisor sends, one at a time, each in its
+        transaction on this process's connection, and reports each outcome."""
         _die_with_parent()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # the supervisor decides when to stop
         signal.signal(signal.SIGALRM, self._on_alarm)
+        # The supervisor's pipes to the other pool processes: a copy held here would keep a
+        # process the supervisor let go from seeing the end of its command pipe.
+        for proc in self._procs.values():
+            for fd in (proc.cmd_fd, proc.report_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         _inherited.extend(c for c in (self._conn, self._side) if c is not None)
         self._conn = self._side = None
         self._lock = threading.Lock()  # another thread of the parent may have held these
         self._side_lock = threading.Lock()
         self._waiting = collections.deque()
-        self._children = {}
+        self._finished = []
+        self._procs = {}
         self._in_child = True
         self._use_alarm = True
         self._report_fd = report_fd
-        self.exit_on_hang = False  # the supervisor ends a child that ignores its timeout
-        job._worker = self
+        self.exit_on_hang = False  # the supervisor ends a process that ignores its timeout
         try:
-            app = f"jobcap job {self.name}"[:63]
-            self._conn = psycopg.connect(self.conninfo, autocommit=False, application_name=app)
-            self._run_one(job)
-        except _ConnectionLost as lost:
-            self._report({"outcome": "lost", "error": str(lost)})
-        except psycopg.OperationalError as error:
-            self._report({"outcome": "lost", "error": str(error)})
-        except BaseException:
-            return 1  # SystemExit or the like: the supervisor records the exit as a crash
-        finally:
-            for c in (self._conn, self._side):
-                if c is not None:
-                    try:
-                        c.close()
-                    except Exception:
-                        pass
-        return 0
+            self._connect_job()
+        except psycopg.OperationalError:
+            pass  # tried again when a job comes
+        buffer = b""
+        while True:
+            while b"\n" not in buffer:
+                chunk = os.read(cmd_fd, 65536)
+                if not chunk:
+                    return 0  # the supervisor let this process go
+                buffer += chunk
+            line, buffer = buffer.split(b"\n", 1)
+            job = Job._from_message(self, json.loads(line))
+            try:
+                self._ready_connection()
+            except psycopg.OperationalError as error:
+                self._report({"outcome": "unstarted", "error": _first_line(error)})
+                continue
+            try:
+                self._run_one(job)
+            except (_ConnectionLost, psycopg.OperationalError) as lost:
+                self._report({"outcome": "lost", "error": str(lost)})
+                self._close_job_connection()
+            except BaseException:
+                return 1  # SystemExit or the like: the supervisor records the exit as a crash
+
+    def _connect_job(self) -> None:
+        app = f"jobcap job {self.name}"[:63]
+        self._conn = psycopg.connect(self.conninfo, autocommit=False, application_name=app)
+
+    def _close_job_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _ready_connection(self) -> None:
+        """Makes sure the pool process's connection is usable before a handler gets it."""
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            # An idle connection has nothing to read unless the server ended it (a restart, a
+            # terminated backend) or sent a notice: find out now rather than in the handler.
+            ready, _, _ = select.select([conn.fileno()], [], [], 0)
+            if not ready:
+                return
+            try:
+                conn.execute("SELECT 1")
+                conn.rollback()
+                return
+            except psycopg.Error:
+                pass
+        self._close_job_connection()
+        self._connect_job()
 
     def _report(self, message: dict) -> None:
         data = (json.dumps(message) + "\n").encode()
         while data:
             data = data[os.write(self._report_fd, data):]
 
-    def _pump(self, claim_at: float) -> bool:
-        """Waits for a child's report or exit, a wake-up, stop() or the next claim time; handles
-        what came. True when it is time to claim again at once."""
+    def _pump(self, next_at: float) -> bool:
+        """Waits for a pool process's report or exit, a wake-up, stop(), or next_at (the next
+        claim or retry); handles what came. True when it is time to claim again at once."""
         conn = self._conn
-        fds = [self._wake_r] + [c.fd for c in self._children.values()]
+        fds = [self._wake_r] + [proc.report_fd for proc in self._procs.values()]
         if conn is not None and not self._stopping.is_set():
             fds.append(conn.fileno())
         now = time.monotonic()
-        wait = 0.25
-        if claim_at and not self._stopping.is_set():
-            wait = min(wait, max(claim_at - now, 0))
-        elif not self._children and not self._stopping.is_set():
-            wait = min(wait, 0)
-        for child in self._children.values():
-            wait = min(wait, max(child.deadline + self.grace - now, 0.001))
+        if self._finished:
+            wait = max(next_at - now, 0)
+        elif self._waiting and not self._stopping.is_set() and any(
+                proc.job is None and not proc.dead for proc in self._procs.values()):
+            wait = 0.0
+        else:
+            wait = 0.25
+            if next_at and not self._stopping.is_set():
+                wait = min(wait, max(next_at - now, 0))
+        if len(self._procs) < self.concurrency and not self._stopping.is_set():
+            wait = min(wait, max(self._spawn_at - now, 0))
+        for proc in self._procs.values():
+            if proc.job is not None and not proc.killed:
+                wait = min(wait, max(proc.deadline + self.grace - now, 0.001))
         ready, _, _ = select.select(fds, [], [], max(wait, 0))
         woken = False
         if self._wake_r in ready:
@@ -706,65 +1083,115 @@ class Worker:
                         woken = True
             except psycopg.Error:
                 self._disconnect()
-        for pid, child in list(self._children.items()):
-            if child.fd in ready and self._read_child(child):
-                self._reap_child(pid, child)
+        for pid, proc in list(self._procs.items()):
+            if proc.report_fd in ready:
+                ended = self._read_reports(proc)
+                if ended:
+                    self._reap(pid, proc)
                 woken = True
         now = time.monotonic()
-        for pid, child in self._children.items():
-            if not child.killed and now >= child.deadline + self.grace:
+        for pid, proc in self._procs.items():
+            if proc.job is not None and not proc.killed and now >= proc.deadline + self.grace:
                 log.critical("worker %s: job %d ignored its timeout; killing its process before "
-                             "its lease runs out", self.name, child.job.id)
-                child.killed = True
+                             "its lease runs out", self.name, proc.job.id)
+                proc.killed = True
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         return woken
 
-    def _read_child(self, child: "_Child") -> bool:
-        """Reads what the child wrote; True at end of file (the child is gone)."""
+    def _read_reports(self, proc: "_Proc") -> bool:
+        """Handles what a pool process wrote; True at end of file (the process is gone)."""
         ended = False
         while True:
             try:
-                chunk = os.read(child.fd, 65536)
+                chunk = os.read(proc.report_fd, 65536)
             except BlockingIOError:
                 break
             if not chunk:
                 ended = True
                 break
-            child.buffer += chunk
-        while b"\n" in child.buffer:
-            line, child.buffer = child.buffer.split(b"\n", 1)
+            proc.buffer += chunk
+        while b"\n" in proc.buffer:
+            line, proc.buffer = proc.buffer.split(b"\n", 1)
             message = json.loads(line)
+            job = proc.job
+            if job is None:
+                continue
             if "heartbeat" in message:
-                child.deadline = message["heartbeat"] + self.timeout
-                child.job._granted_at = message["heartbeat"]
-            elif "outcome" in message:
-                child.outcome = message
+                proc.deadline = message["heartbeat"] + self.timeout
+                job._granted_at = message["heartbeat"]
+                continue
+            proc.job = None
+            outcome = message["outcome"]
+            if outcome == "done":
+                with self._lock:
+                    if not self._finished:
+                        self._finished_since = time.monotonic()
+                    self._finished.append((job, message["output"]))
+            elif outcome == "lost":
+                log.warning("worker %s: job %d lost its connection (%s); it goes back when its "
+                            "lease expires", self.name, job.id, message.get("error"))
+            elif outcome == "unstarted":
+                log.warning("worker %s: job %d could not start (%s); giving it back", self.name,
+                            job.id, message.get("error"))
+                self._release(job)
+            else:
+                self._settled(job, outcome, _child_error(job, message))
         return ended
 
-    def _reap_child(self, pid: int, child: "_Child") -> None:
-        del self._children[pid]
-        os.close(child.fd)
+    def _reap(self, pid: int, proc: "_Proc") -> None:
+        """A pool process ended: its job, if it had one, is recorded as a crash."""
+        del self._procs[pid]
+        os.close(proc.report_fd)
+        try:
+            os.close(proc.cmd_fd)
+        except OSError:
+            pass
         _, status = os.waitpid(pid, 0)
-        job = child.job
-        message = child.outcome
-        if message is not None and message["outcome"] != "lost":
-            self._settled(job, message["outcome"], _child_error(job, message))
+        job = proc.job
+        now = time.monotonic()
+        if job is None and now - proc.started < 1.0:
+            # Died idle, at once: something kills the pool's processes; do not fork in a loop.
+            self._spawn_backoff = min(max(self._spawn_backoff * 2, 0.1), 5.0)
+            self._spawn_at = now + self._spawn_backoff
+        elif job is not None:
+            self._spawn_backoff = 0.0
+        if job is None:
+            how = (f"signal {_signal_name(os.WTERMSIG(status))}" if os.WIFSIGNALED(status)
+                   else f"status {os.WEXITSTATUS(status)}")
+            log.warning("worker %s: pool process %d ended between jobs (%s); replacing it",
+                        self.name, pid, how)
             return
-        if message is not None:
-            log.warning("worker %s: job %d lost its connection (%s); it goes back when its "
-                        "lease expires", self.name, job.id, message.get("error"))
-            return
-        if os.WIFSIGNALED(status):
-            number = os.WTERMSIG(status)
-            text = f"killed by signal {number} ({_signal_name(number)})"
-            if child.killed:
-                text += f": the handler ignored its {self.timeout:g}s timeout"
-        else:
-            text = f"exited with status {os.WEXITSTATUS(status)} without settling the job"
+        text = _exit_text(status)
+        if os.WIFSIGNALED(status) and proc.killed:
+            text += f": the handler ignored its {self.timeout:g}s timeout"
         self._crash(job, text)
+
+    def _empty_pool(self) -> None:
+        """Lets every pool process go (end of its command pipe) and waits for each."""
+        for proc in self._procs.values():
+            try:
+                os.close(proc.cmd_fd)
+            except OSError:
+                pass
+        end = time.monotonic() + 5.0
+        for pid, proc in list(self._procs.items()):
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > end:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.01)
+            try:
+                os.close(proc.report_fd)
+            except OSError:
+                pass
+        self._procs = {}
 
     def _crash(self, job: Job, text: str) -> None:
         error = HandlerCrashed(text)
@@ -792,22 +1219,24 @@ class Worker:
             jobs = list(self._waiting)
             self._waiting.clear()
         for job in jobs:
-            if job.lost:
-                continue
-            try:
-                if self._conn is None:
-                    self._connect()
-                with translate("release_job", job.id, job.fence):
-                    self._conn.execute("SELECT jobcap.release_job(%s, %s)", (job.id, job.fence))
-                self._conn.commit()
-                self._settled(job, "released", None)
-            except StaleFence as stale:
-                self._rollback_quietly()
-                self._settled(job, "stale", stale)
-            except psycopg.Error as error:
-                log.warning("worker %s: could not release job %d (%s); it goes back when its "
-                            "lease expires", self.name, job.id, _first_line(error))
-                self._disconnect()
+            if not job.lost:
+                self._release(job)
+
+    def _release(self, job: Job) -> None:
+        try:
+            if self._conn is None:
+                self._connect()
+            with translate("release_job", job.id, job.fence):
+                self._conn.execute("SELECT jobcap.release_job(%s, %s)", (job.id, job.fence))
+            self._conn.commit()
+            self._settled(job, "released", None)
+        except StaleFence as stale:
+            self._rollback_quietly()
+            self._settled(job, "stale", stale)
+        except psycopg.Error as error:
+            log.warning("worker %s: could not release job %d (%s); it goes back when its "
+                        "lease expires", self.name, job.id, _first_line(error))
+            self._disconnect()
 
     def _rollback_quietly(self) -> None:
         try:
@@ -817,16 +1246,26 @@ class Worker:
             self._disconnect()
 
 
-class _Child:
-    """A running job's process, as the supervisor sees it."""
+class _Proc:
+    """A pool process, as the supervisor sees it."""
 
-    def __init__(self, job: Job, fd: int, deadline: float):
-        self.job = job
-        self.fd = fd
-        self.deadline = deadline
+    def __init__(self, pid: int, cmd_fd: int, report_fd: int):
+        self.pid = pid
+        self.cmd_fd = cmd_fd
+        self.report_fd = report_fd
+        self.started = time.monotonic()
         self.buffer = b""
-        self.outcome: Optional[dict] = None
+        self.job: Optional[Job] = None  # the job it runs
+        self.deadline = 0.0
         self.killed = False
+        self.dead = False
+
+
+def _exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        return f"killed by signal {number} ({_signal_name(number)})"
+    return f"exited with status {os.WEXITSTATUS(status)} without settling the job"
 
 
 def _child_error(job: Job, message: dict) -> Optional[BaseException]:
@@ -870,7 +1309,8 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:
     """Linux: the child gets SIGKILL when its supervisor dies, leaving no orphan handler."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols include libc's (find_library would run ldconfig per fork).
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass

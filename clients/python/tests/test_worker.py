@@ -180,7 +180,8 @@ class SettleTest(Base):
         self.assertEqual([o[1] for o in self.outcomes], ["stale", "succeeded"])
         stale = self.outcomes[0][2]
         self.assertIsInstance(stale, jobcap.StaleFence)
-        self.assertEqual(stale.operation, "complete_job")
+        # In-process, the batch's last job completes and claims the next batch in one call.
+        self.assertEqual(stale.operation, "complete_and_claim")
         self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)],
                          "only the current fence's write commits")
         self.assertLess(stale.fence, self.job(job_id)[2])
@@ -625,6 +626,190 @@ class IsolationTest(Base):
         self.assertEqual(sorted(o[1] for o in self.outcomes), ["released"] * 4 + ["succeeded"])
 
 
+def expire_in_another_session(job_id):
+    """What a frozen worker's job goes through: its lease runs out and the reaper takes it back."""
+    with connect() as other:
+        other.execute("UPDATE jobcap.jobs SET lease_expires_at = now() - interval '1 second'"
+                      " WHERE job_id = %s", (job_id,))
+        other.execute("SELECT jobcap.reap_jobs()")
+
+
+class BatchSettleTest(Base):
+    """Jobs whose transaction stayed empty are completed together, each under its own fence."""
+
+    def finished_at(self, ids):
+        return self.conn.execute("SELECT count(DISTINCT finished_at) FROM jobcap.jobs"
+                                 " WHERE job_id = ANY(%s)", (ids,)).fetchone()[0]
+
+    def test_jobs_that_wrote_nothing_are_completed_in_one_statement(self):
+        ids = [self.enqueue({"n": n}) for n in range(5)]
+        self.start(lambda job: None, batch=5)
+        wait_for(lambda: len(self.outcomes) == 5)
+        self.assertEqual([self.job(i)[:2] for i in ids], [("succeeded", 1)] * 5)
+        # complete_jobs stamps its whole batch with one finished_at; separate completions differ.
+        self.assertEqual(self.finished_at(ids), 1)
+        self.assertEqual(sorted(o[1] for o in self.outcomes), ["succeeded"] * 5)
+
+    def test_the_output_of_a_job_completed_in_a_batch_is_kept(self):
+        def handle(job):
+            job.output = {"n": job.payload["n"]} if job.payload["n"] % 2 else None
+
+        ids = [self.enqueue({"n": n}) for n in range(4)]
+        self.start(handle, batch=4)
+        wait_for(lambda: len(self.outcomes) == 4)
+        self.assertEqual(self.finished_at(ids), 1)
+        outputs = [self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
+                                     (i,)).fetchone()[0] for i in ids]
+        self.assertEqual(outputs, [None, {"n": 1}, None, {"n": 3}])
+
+    def test_one_stale_fence_in_a_batch_costs_only_its_job(self):
+        ids = [self.enqueue({"n": n}) for n in range(5)]
+        stale_id = ids[2]
+
+        def handle(job):
+            if job.id == stale_id and job.attempt == 1:
+                expire_in_another_session(job.id)  # its lease is gone before the batch settles
+
+        with self.assertLogs("jobcap", logging.INFO) as logs:
+            self.start(handle, batch=5, settle_window=5)  # the batch waits for its slowest
+            wait_for(lambda: self.job(stale_id)[0] == "succeeded" and len(self.outcomes) == 6)
+        # The batch was tried and refused as a whole (complete_jobs is all or nothing) ...
+        tried = [m for m in logs.output if "completing 5 jobs together failed" in m]
+        self.assertEqual(len(tried), 1, logs.output)
+        # ... then each job was completed on its own: the stale one alone lost its attempt.
+        for i in ids:
+            self.assertEqual(self.job(i)[:2], ("succeeded", 2 if i == stale_id else 1))
+        stale = [o for o in self.outcomes if o[1] == "stale"]
+        self.assertEqual([o[0] for o in stale], [stale_id])
+        self.assertIsInstance(stale[0][2], jobcap.StaleFence)
+        self.assertEqual(stale[0][2].operation, "complete_job")
+        self.assertEqual(sorted(o[0] for o in self.outcomes if o[1] == "succeeded"), ids)
+        self.assertEqual(kinds(self.conn, stale_id)[0][0], "lease_expired")
+
+    def test_complete_jobs_is_all_or_nothing(self):
+        ids = [self.enqueue({"n": n}) for n in range(3)]
+        rows = self.conn.execute("SELECT job_id, fence FROM jobcap.claim_job(%s, 'w', 3)",
+                                 (self.queue,)).fetchall()
+        fences = dict(rows)
+        self.expire_and_reap(ids[1])
+        with self.assertRaises(jobcap.StaleFence):
+            jobcap.complete_jobs(self.conn, ids, [fences[i] for i in ids])
+        self.assertEqual([self.job(i)[0] for i in ids], ["running", "pending", "running"])
+        self.assertEqual(jobcap.complete_jobs(self.conn, [ids[0], ids[2]],
+                                              [fences[ids[0]], fences[ids[2]]],
+                                              [{"ok": True}, None]), 2)
+        self.assertEqual([self.job(i)[0] for i in ids], ["succeeded", "pending", "succeeded"])
+
+    def test_complete_and_claim_completes_and_claims_in_one_call(self):
+        first, second = self.enqueue(), self.enqueue()
+        (job_id, fence), = self.conn.execute("SELECT job_id, fence FROM jobcap.claim_job(%s, 'w')",
+                                             (self.queue,)).fetchall()
+        self.assertEqual(job_id, first)
+        rows = jobcap.complete_and_claim(self.conn, first, fence, self.queue, "w", output=[1])
+        self.assertEqual([r[0] for r in rows], [second])
+        self.assertEqual(self.job(first)[0], "succeeded")
+        with self.assertRaises(jobcap.StaleFence):
+            jobcap.complete_and_claim(self.conn, first, fence, self.queue, "w")
+
+
+class PoolTest(Base):
+    """The isolated mode's pool: long-lived processes, replaced when one dies."""
+    isolate = True
+    queue_options = {"max_attempts": 3}
+
+    def pids(self, ids):
+        return [self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
+                                  (i,)).fetchone()[0]["pid"] for i in ids]
+
+    def test_a_handler_that_sigkills_its_process_costs_only_its_job(self):
+        def handle(job):
+            if job.payload.get("kill"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            if job.payload["n"] % 2:  # half write in their transaction, half are batched
+                job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                            (job.id, job.fence))
+            job.output = {"pid": os.getpid()}
+
+        before = [self.enqueue({"n": n}) for n in range(10)]
+        killer = self.enqueue({"n": 10, "kill": True}, max_attempts=1)
+        after = [self.enqueue({"n": n}) for n in range(11, 21)]
+        worker = self.start(handle, concurrency=2, prefetch=2)
+        wait_for(lambda: len(self.outcomes) == 21, timeout=30)
+        self.assertEqual(self.job(killer)[:2], ("dead", 1))
+        self.assertEqual(kinds(self.conn, killer), [("crashed", 1, "killed by signal 9 (SIGKILL)")])
+        (crash,) = [o for o in self.outcomes if o[0] == killer]
+        self.assertEqual(crash[1], "dead")
+        self.assertIsInstance(crash[2], jobcap.HandlerCrashed)
+        for i in before + after:
+            self.assertEqual(self.job(i)[:2], ("succeeded", 1), f"job {i}")
+            self.assertEqual(kinds(self.conn, i), [])
+        self.assertEqual(sorted(o[0] for o in self.outcomes if o[1] == "succeeded"),
+                         before + after)
+        pids = set(self.pids(before + after))
+        self.assertNotIn(os.getpid(), pids, "handlers ran in pool processes")
+        self.assertLessEqual(len(pids), 3, "two processes, one replacement, reused job to job")
+        # The pool is whole again: two live processes, the killed one not among them.
+        wait_for(lambda: len(worker._procs) == 2)
+        live = set(worker._procs)
+        self.assertEqual(len(live), 2)
+        for pid in live:
+            os.kill(pid, 0)  # alive
+        more = [self.enqueue({"n": n}) for n in range(21, 25)]
+        wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in more))
+        self.assertLessEqual(set(self.pids(more)), live)
+
+    def test_a_handler_that_exits_is_a_crash_and_the_pool_goes_on(self):
+        def handle(job):
+            if job.payload.get("exit"):
+                os._exit(3)
+            job.output = {"pid": os.getpid()}
+
+        quitter = self.enqueue({"exit": True}, max_attempts=2)
+        others = [self.enqueue() for _ in range(4)]
+        self.start(handle)  # one pool process
+        wait_for(lambda: self.job(quitter)[0] == "dead"
+                 and all(self.job(i)[0] == "succeeded" for i in others))
+        self.assertEqual(kinds(self.conn, quitter),
+                         [("crashed", n, "exited with status 3 without settling the job")
+                          for n in (1, 2)])
+        self.assertEqual([self.job(i)[1] for i in others], [1] * 4)
+
+    def test_a_connection_the_server_ended_between_jobs_costs_no_job(self):
+        def handle(job):
+            job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)",
+                        (job.id, job.fence))
+
+        first = self.enqueue()
+        self.start(handle, concurrency=2)
+        wait_for(lambda: self.job(first)[0] == "succeeded")
+        ended = self.conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'jobcap job %%'").fetchone()[0]
+        self.assertGreaterEqual(ended, 1)
+        time.sleep(0.2)
+        ids = [self.enqueue() for _ in range(4)]
+        wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids))
+        self.assertEqual([self.job(i)[1] for i in ids], [1] * 4)
+        for i in ids:
+            self.assertEqual(kinds(self.conn, i), [])
+            self.assertEqual(self.effects(i), [(self.job(i)[2],)])
+
+    def test_one_stale_fence_among_jobs_settled_by_the_supervisor_costs_only_its_job(self):
+        ids = [self.enqueue({"n": n}) for n in range(6)]
+        stale_id = ids[3]
+
+        def handle(job):
+            if job.id == stale_id and job.attempt == 1:
+                expire_in_another_session(job.id)
+
+        self.start(handle, concurrency=3, prefetch=3)
+        wait_for(lambda: self.job(stale_id)[0] == "succeeded" and len(self.outcomes) == 7)
+        for i in ids:
+            self.assertEqual(self.job(i)[:2], ("succeeded", 2 if i == stale_id else 1))
+        self.assertEqual([o[0] for o in self.outcomes if o[1] == "stale"], [stale_id])
+        self.assertEqual(sorted(o[0] for o in self.outcomes if o[1] == "succeeded"), ids)
+
+
 class IsolatedProcessTest(ProcessTest):
     isolate_env = "1"
 
@@ -647,14 +832,47 @@ class IsolatedProcessTest(ProcessTest):
         self.assertEqual([self.job(i)[:2] for i in ids[1:]], [("pending", 0)] * 4)
         self.assertEqual(self.effects(ids[0]), [(self.job(ids[0])[2],)])
 
+    def test_a_killed_supervisor_loses_no_job_it_had_yet_to_complete(self):
+        ids = [self.enqueue() for _ in range(300)]
+        proc = self.spawn("light", LEASE=2, TIMEOUT=1, CONCURRENCY=4, PREFETCH=4)
+        wait_for(lambda: self.conn.execute(
+            "SELECT count(*) >= 60 FROM jobcap.jobs WHERE queue = %s AND state = 'succeeded'",
+            (self.queue,)).fetchone()[0], timeout=20)
+        proc.kill()  # SIGKILL: finished jobs not completed yet die with it, and its pool
+        proc.wait()
+        succeeded_before = self.conn.execute(
+            "SELECT count(*) FROM jobcap.jobs WHERE queue = %s AND state = 'succeeded'",
+            (self.queue,)).fetchone()[0]
+        self.assertLess(succeeded_before, len(ids), "killed mid-run")
+        time.sleep(2.2)  # the leases it held run out
+        self.conn.execute("SELECT jobcap.reap_jobs()")
+        again = self.spawn("light", LEASE=2, TIMEOUT=1, CONCURRENCY=4, PREFETCH=4)
+        try:
+            wait_for(lambda: all(self.job(i)[0] == "succeeded" for i in ids), timeout=30)
+        finally:
+            again.send_signal(signal.SIGTERM)
+            out, _ = again.communicate(timeout=10)
+        self.assertEqual(again.returncode, 0, out)
+        attempts = self.conn.execute("SELECT attempts, count(*) FROM jobcap.jobs WHERE queue = %s"
+                                     " GROUP BY 1 ORDER BY 1", (self.queue,)).fetchall()
+        self.assertEqual(sum(n for _, n in attempts), len(ids))
+        self.assertLessEqual(max(a for a, _ in attempts), 2, attempts)
+        # What the killed worker held came back by its lease, counted: at least once, not lost.
+        retried = self.conn.execute(
+            "SELECT count(DISTINCT job_id) FROM jobcap.job_errors e JOIN jobcap.jobs j"
+            " USING (job_id) WHERE j.queue = %s AND e.kind = 'lease_expired'",
+            (self.queue,)).fetchone()[0]
+        self.assertGreater(retried, 0)
+        self.assertEqual(dict(attempts).get(2, 0), retried)
+
     def test_a_handler_that_ignores_its_timeout_ends_the_process_before_the_lease(self):
         job_id = self.enqueue(max_attempts=1)
         proc = self.spawn("hang", LEASE=3, TIMEOUT=1)
         try:
             wait_for(lambda: self.job(job_id)[0] == "dead", timeout=5)
-            live = self.conn.execute("SELECT finished_at < enqueued_at + interval '3 seconds'"
+            live = self.conn.execute("SELECT finished_at < claimed_at + interval '3 seconds'"
                                      " FROM jobcap.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
-            self.assertTrue(live, "the child was ended before the lease ran out")
+            self.assertTrue(live, "the pool process was ended before the lease ran out")
             self.assertEqual(proc.poll(), None, "the supervisor lives on")
         finally:
             proc.send_signal(signal.SIGTERM)

@@ -1,10 +1,11 @@
 """A worker process for the tests that need a real main thread and real signals.
 
 usage: worker_script.py CONNINFO QUEUE MODE   (environment: LEASE, TIMEOUT, ISOLATE=0 for the
-in-process mode, PREFETCH)
+in-process mode, PREFETCH, CONCURRENCY)
   slow     each job writes an effect, then sleeps 1 s (SIGTERM must let it finish)
   sleeper  each job sleeps 30 s (the main thread's timer must interrupt it)
   hang     each job swallows JobTimeout and keeps going (the process must exit, status 70)
+  light    each job does nothing in its transaction (it is completed in a batch)
 """
 import logging
 import os
@@ -19,6 +20,9 @@ logging.basicConfig(level=logging.INFO, format="%(message)s")
 
 
 def handle(job: jobcap.Job) -> None:
+    if mode == "light":
+        time.sleep(0.002)
+        return
     job.execute("INSERT INTO effects (job_id, fence) VALUES (%s, %s)", (job.id, job.fence))
     if mode == "slow":
         print(f"started {job.id}", flush=True)
@@ -37,6 +41,7 @@ lease = float(os.environ.get("LEASE", "5"))
 timeout = float(os.environ.get("TIMEOUT", "3"))
 isolate = os.environ.get("ISOLATE", "1") == "1"
 prefetch = int(os.environ.get("PREFETCH", "0"))
+concurrency = int(os.environ.get("CONCURRENCY", "1"))
 jobcap.Worker(conninfo, queue, handle, lease=lease, timeout=timeout, poll_max=0.2,
-              isolate=isolate, prefetch=prefetch).run()
+              isolate=isolate, prefetch=prefetch, concurrency=concurrency).run()
 print("exited cleanly", flush=True)
