@@ -24,26 +24,17 @@ OBJS = $(patsubst $(srcdir)/%.cpp,%.o,$(SRCS))
 # Relative to the source directory: PGXS prefixes $(srcdir) itself (a VPATH build).
 DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/jobcap--*.sql))
 
-# Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
-# test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
-REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
-          stats stats_scale no_preload privileges hijack hostile_input install hot controls \
-          schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_fail direct_divergence \
-          direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
-          direct_domains direct_default_fold direct_opclass direct_default_code \
-          direct_partition direct_ids_order direct_prune_index direct_replica_identity \
-          direct_check_sql direct_predicate_code direct_errors_inherit direct_array_opclass \
-          direct_default_array direct_fail_identity direct_grant_collation \
-          direct_queue_collation claim_hash claim_walk
-REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
-               --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
-ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
-            assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
-            refresh_race stats_late_commit rollback_count_race max_running_race \
-            pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
-            release_races notify_retry direct_stale_shape direct_default_race direct_prune_race \
-            direct_prune_races direct_queue_moved direct_queue_moved_granted \
-            direct_queue_moved_settles
+# The test lists are the files: a new suite is picked up by its file alone, a deleted one leaves.
+#   sql/<name>.sql + expected/<name>.out   pg_regress (PGXS's own rules, --inputdir=$(srcdir));
+#                                          sql/jobcap--*.sql are the install scripts, not tests
+#   test/isolation/specs/<name>.spec       pg_isolation_regress (expected: test/isolation/expected)
+#   test/t/<name>.pl                       TAP (prove)
+# Each kind runs in one throwaway instance, in alphabetical order; every suite also passes alone
+# (test/run regress TEST=<name>), so none may lean on what another left behind.
+REGRESS = $(filter-out jobcap--%,$(sort $(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))))
+REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=$(srcdir)/test/regress.conf \
+               --load-extension=jobcap
+ISOLATION = $(sort $(basename $(notdir $(wildcard $(srcdir)/test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1

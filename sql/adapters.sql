@@ -93,5 +93,6 @@ SELECT has_function_privilege('public', 'jobcap.give_up_job(bigint, bigint, text
        has_function_privilege('jobcap_operator', 'jobcap.purge_pending(text, integer)', 'EXECUTE') AS operator_purge,
        has_function_privilege('jobcap_worker', 'jobcap.purge_pending(text, integer)', 'EXECUTE') AS worker_purge;
 
+SELECT jobcap.drop_queue(q, force => true) FROM (VALUES ('rejects'), ('depth')) v(q);
 DROP ROLE adapters_worker;
 DROP ROLE adapters_other;

@@ -1,6 +1,8 @@
 -- Dedupe keys: a key that matches a pending, running or dead job of the queue inserts nothing
 -- and returns that job. A dead job is not revived by re-enqueueing it.
 \set VERBOSITY terse
+-- Job ids appear in an error message below: they start where the expected output says.
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 1004, false) IS NOT NULL AS ids_reset;
 SELECT jobcap.create_queue('ocr', max_attempts => 1);
 SELECT jobcap.create_queue('thumbs');
 

@@ -2,6 +2,8 @@
 -- instead. Each call says which path served it at DEBUG2; the rest of the server's DEBUG2
 -- chatter is kept out by asking only around the calls.
 \set VERBOSITY terse
+-- A trigger below names a job id: ids start where the expected output says.
+SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 2010, false) IS NOT NULL AS ids_reset;
 SELECT jobcap.create_queue('direct', max_attempts => 3, lease => '1 hour');
 SELECT count(*) AS enqueued FROM (
     SELECT jobcap.enqueue_job('direct', jsonb_build_object('n', n)) FROM generate_series(1, 12) n) e;

@@ -77,3 +77,5 @@ SELECT name, argtypes FROM jobcap.statements() WHERE name IN ('release_job', 'cr
 SELECT has_function_privilege('jobcap_worker', 'jobcap.release_job(bigint, bigint)', 'EXECUTE') AS worker_release,
        has_function_privilege('jobcap_worker', 'jobcap.crash_job(bigint, bigint, text)', 'EXECUTE') AS worker_crash,
        has_function_privilege('public', 'jobcap.release_job(bigint, bigint)', 'EXECUTE') AS public_release;
+
+SELECT jobcap.drop_queue('give', force => true);

@@ -87,7 +87,7 @@ SELECT jobcap.enqueue_job('mail', '{"to": "b@example.org"}') AS flaky \gset
 UPDATE jobcap.jobs SET enqueued_at = enqueued_at - interval '2 seconds' WHERE job_id = :flaky;
 SELECT jobcap.fail_job(job_id, fence, 'smtp: 421 try again later') FROM jobcap.claim_job('mail', 'mailer-1');
 SELECT jobcap.complete_job(job_id, fence) FROM jobcap.claim_job('mail', 'mailer-2');
-SELECT jobcap.enqueue_job('mail', '{"to": "c@example.org"}', run_at => now() + interval '1 hour');
+SELECT jobcap.enqueue_job('mail', '{"to": "c@example.org"}', run_at => now() + interval '1 hour') IS NOT NULL AS scheduled;
 SELECT jobcap.cancel_job(jobcap.enqueue_job('mail', '{"to": "d@example.org"}'));
 SELECT jobcap.enqueue_job('mail', '{"to": "e@example.org"}') AS waiting \gset
 UPDATE jobcap.jobs SET run_at = run_at - interval '90 seconds' WHERE job_id = :waiting;
