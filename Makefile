@@ -1,5 +1,7 @@
 # jobcap, built with PGXS against the server headers of the pg_config on PATH (or PG_CONFIG=...).
 #   make / make install        build and install into that PostgreSQL
+#   make check                 the quick loop: format, unit, regress and isolation on both hot paths
+#                              (make check TEST=caps runs one test by name; see CONTRIBUTING.md)
 #   make installcheck          pg_regress, isolation and TAP suites on throwaway instances
 #   make test                  everything: unit, installcheck, clients, chaos, fuzz, sanitizers
 #   make matrix                regress, isolation and TAP on PostgreSQL 17 and 18 (MATRIX="15 17 18"),
@@ -80,7 +82,17 @@ SHLIB_LINK += -lstdc++ $(SANITIZE_FLAGS)
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
-ifneq ($(wildcard $(PGXS)),)
+ifeq ($(MAKECMDGOALS),check)
+# The quick loop, test/run check: format, unit, and the regress and isolation suites on both hot
+# paths; make check TEST=NAME runs one test by name. test/run builds with a make of its own, so
+# this one does not read PGXS, whose own check target only says that it is not supported.
+.PHONY: check
+check:
+	test/run check $(if $(TEST),TEST="$(TEST)")
+else ifneq ($(wildcard $(PGXS)),)
+ifneq ($(filter check,$(MAKECMDGOALS)),)
+$(error make check runs alone, and builds what it tests: make check [TEST=name])
+endif
 include $(PGXS)
 # The same check against the headers' own Makefile.global, when it names another major.
 ifneq ($(MAJORVERSION),$(PG_MAJOR))
@@ -132,6 +144,6 @@ format:
 format-check:
 	clang-format --dry-run --Werror $(CXX_FILES)
 
-# test/run reads the suite lists from here: make -s print-REGRESS
+# test/run reads the test lists from here (make -s print-REGRESS) to find a test by name.
 print-%:
 	@echo $($*)
