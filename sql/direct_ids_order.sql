@@ -1,6 +1,6 @@
 -- enqueue_jobs' ids with an identity a DBA made descending. The SQL statement returns
 -- array_agg(job_id ORDER BY job_id): ascending, so not in payload order. The direct path returns
--- them in payload order (what enqueue.cpp's comment promises). The expected output is the SQL
+-- them in payload order (what src/functions/enqueue.cpp promises). The expected output is the SQL
 -- path's.
 \set VERBOSITY terse
 SELECT jobcap.create_queue('r4_ids');

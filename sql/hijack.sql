@@ -81,7 +81,8 @@ RESET ROLE;
 -- One life of jobs on queue :q: enqueue (defaults, payloads), claim in order, heartbeat, fail
 -- and retry, complete, a stale complete, a claim left to expire, the reaper, a poison job
 -- going dead at its cap, a requeue refused to the worker.
--- pg_regress names its input directory (test/) in PG_ABS_SRCDIR; the include is found from there.
+-- pg_regress names its input directory, the top of the tree, in PG_ABS_SRCDIR: the include,
+-- sql/hijack_life.psql, is found from there.
 \getenv abs_srcdir PG_ABS_SRCDIR
 \cd :abs_srcdir
 -- The hostile run goes first, so the backend prepares jobcap's statements while it is in effect.

@@ -2,7 +2,7 @@
 -- the locking scan runs once and locks no more rows than the batch, even with stale
 -- statistics and hash joins off, for both generic and custom plans. Rows exhausted by their
 -- cap never take a batch slot. jobcap keeps one generic plan of its claims and of the reaper,
--- made with sequential scans, bitmap scans, sorts and JIT disabled (src/plans.hpp): the probes
+-- made with sequential scans, bitmap scans, sorts and JIT disabled (src/spi/plans.hpp): the probes
 -- below plan them the same way.
 \set VERBOSITY terse
 SELECT jobcap.create_queue('plans', max_attempts => 3);

@@ -7,7 +7,7 @@ SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 7000, false) IS N
 
 -- What the extension grants, before anyone is given anything: PUBLIC nothing, roles NOLOGIN,
 -- every function SECURITY INVOKER with a pinned search_path (the eight below pin it in C around
--- the SQL they run: test/sql/direct_path.sql), the extension not trusted.
+-- the SQL they run: sql/direct_path.sql), the extension not trusted.
 SELECT rolname, rolcanlogin, rolsuper, rolinherit FROM pg_roles
  WHERE rolname IN ('jobcap_worker', 'jobcap_operator') ORDER BY 1;
 SELECT count(*) AS public_grants FROM (
