@@ -7,42 +7,42 @@
 -- On the SQL path the predicate runs as the owner with search_path pinned: nothing of the
 -- worker's runs.
 \set VERBOSITY terse
-CREATE TABLE public.r6_who (who name, path text);
-GRANT INSERT ON public.r6_who TO PUBLIC;
-CREATE FUNCTION public.r6_json_eq(json, json) RETURNS bool LANGUAGE sql IMMUTABLE
+CREATE TABLE public.json_eq_ran (who name, path text);
+GRANT INSERT ON public.json_eq_ran TO PUBLIC;
+CREATE FUNCTION public.json_eq_by_text(json, json) RETURNS bool LANGUAGE sql IMMUTABLE
   AS 'SELECT texteq($1::pg_catalog.text, $2::pg_catalog.text)';
-CREATE FUNCTION public.r6_json_hash(json) RETURNS int4 LANGUAGE sql IMMUTABLE
+CREATE FUNCTION public.json_hash_by_text(json) RETURNS int4 LANGUAGE sql IMMUTABLE
   AS 'SELECT pg_catalog.hashtext($1::pg_catalog.text)';
-CREATE OPERATOR public.= (LEFTARG = json, RIGHTARG = json, FUNCTION = public.r6_json_eq);
-CREATE OPERATOR CLASS public.r6_json_ops DEFAULT FOR TYPE json USING hash AS
-  OPERATOR 1 public.= (json, json), FUNCTION 1 public.r6_json_hash(json);
-CREATE INDEX r6_pred ON jobcap.jobs (job_id)
+CREATE OPERATOR public.= (LEFTARG = json, RIGHTARG = json, FUNCTION = public.json_eq_by_text);
+CREATE OPERATOR CLASS public.json_by_text_ops DEFAULT FOR TYPE json USING hash AS
+  OPERATOR 1 public.= (json, json), FUNCTION 1 public.json_hash_by_text(json);
+CREATE INDEX jobs_json_array_pred ON jobcap.jobs (job_id)
   WHERE '{"{}"}'::json[] OPERATOR(pg_catalog.=) '{"{}"}'::json[];
-SELECT jobcap.create_queue('r6_q');
-CREATE ROLE r6_worker;
-GRANT jobcap_worker TO r6_worker;
-SELECT jobcap.grant_queue('r6_q', 'r6_worker');
-CREATE SCHEMA r6_evil AUTHORIZATION r6_worker;
+SELECT jobcap.create_queue('array_pred');
+CREATE ROLE regress_array_pred_worker;
+GRANT jobcap_worker TO regress_array_pred_worker;
+SELECT jobcap.grant_queue('array_pred', 'regress_array_pred_worker');
+CREATE SCHEMA array_pred_evil AUTHORIZATION regress_array_pred_worker;
 \c
-SET ROLE r6_worker;
-CREATE FUNCTION r6_evil.texteq(text, text) RETURNS bool LANGUAGE plpgsql AS $$
+SET ROLE regress_array_pred_worker;
+CREATE FUNCTION array_pred_evil.texteq(text, text) RETURNS bool LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO public.r6_who VALUES (current_user, current_setting('search_path'));
+  INSERT INTO public.json_eq_ran VALUES (current_user, current_setting('search_path'));
   RETURN pg_catalog.texteq($1, $2);
 END $$;
-SET search_path = r6_evil, pg_catalog;
-SELECT count(*) FROM (SELECT jobcap.enqueue_job('r6_q', '{}') FROM generate_series(1, 3)) e;
+SET search_path = array_pred_evil, pg_catalog;
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('array_pred', '{}') FROM generate_series(1, 3)) e;
 RESET search_path;
 RESET ROLE;
 -- SQL path: no row.
-SELECT who, path, count(*) FROM public.r6_who GROUP BY 1, 2;
-DROP INDEX jobcap.r6_pred;
-SELECT jobcap.drop_queue('r6_q', force => true);
-DROP SCHEMA r6_evil CASCADE;
-DROP OPERATOR CLASS public.r6_json_ops USING hash;
-DROP OPERATOR FAMILY public.r6_json_ops USING hash;
+SELECT who, path, count(*) FROM public.json_eq_ran GROUP BY 1, 2;
+DROP INDEX jobcap.jobs_json_array_pred;
+SELECT jobcap.drop_queue('array_pred', force => true);
+DROP SCHEMA array_pred_evil CASCADE;
+DROP OPERATOR CLASS public.json_by_text_ops USING hash;
+DROP OPERATOR FAMILY public.json_by_text_ops USING hash;
 DROP OPERATOR public.= (json, json);
-DROP FUNCTION public.r6_json_eq(json, json);
-DROP FUNCTION public.r6_json_hash(json);
-DROP TABLE public.r6_who;
-DROP ROLE r6_worker;
+DROP FUNCTION public.json_eq_by_text(json, json);
+DROP FUNCTION public.json_hash_by_text(json);
+DROP TABLE public.json_eq_ran;
+DROP ROLE regress_array_pred_worker;

@@ -5,43 +5,43 @@
 -- calling texteq unqualified) runs the worker's texteq. The SQL path's INSERT folds it as the
 -- owner, search_path pinned.
 \set VERBOSITY terse
-CREATE TABLE public.r6_who (who name, path text);
-GRANT INSERT ON public.r6_who TO PUBLIC;
-CREATE FUNCTION public.r6_json_eq(json, json) RETURNS bool LANGUAGE sql IMMUTABLE
+CREATE TABLE public.json_eq_ran (who name, path text);
+GRANT INSERT ON public.json_eq_ran TO PUBLIC;
+CREATE FUNCTION public.json_eq_by_text(json, json) RETURNS bool LANGUAGE sql IMMUTABLE
   AS 'SELECT texteq($1::pg_catalog.text, $2::pg_catalog.text)';
-CREATE FUNCTION public.r6_json_hash(json) RETURNS int4 LANGUAGE sql IMMUTABLE
+CREATE FUNCTION public.json_hash_by_text(json) RETURNS int4 LANGUAGE sql IMMUTABLE
   AS 'SELECT pg_catalog.hashtext($1::pg_catalog.text)';
-CREATE OPERATOR public.= (LEFTARG = json, RIGHTARG = json, FUNCTION = public.r6_json_eq);
-CREATE OPERATOR CLASS public.r6_json_ops DEFAULT FOR TYPE json USING hash AS
-  OPERATOR 1 public.= (json, json), FUNCTION 1 public.r6_json_hash(json);
-ALTER TABLE jobcap.jobs ADD COLUMN r6_flag bool
+CREATE OPERATOR public.= (LEFTARG = json, RIGHTARG = json, FUNCTION = public.json_eq_by_text);
+CREATE OPERATOR CLASS public.json_by_text_ops DEFAULT FOR TYPE json USING hash AS
+  OPERATOR 1 public.= (json, json), FUNCTION 1 public.json_hash_by_text(json);
+ALTER TABLE jobcap.jobs ADD COLUMN json_array_default bool
   DEFAULT ('{"{}"}'::json[] OPERATOR(pg_catalog.=) '{"{}"}'::json[]);
-SELECT jobcap.create_queue('r6_dq');
-CREATE ROLE r6_dworker;
-GRANT jobcap_worker TO r6_dworker;
-SELECT jobcap.grant_queue('r6_dq', 'r6_dworker');
-CREATE SCHEMA r6_devil AUTHORIZATION r6_dworker;
+SELECT jobcap.create_queue('array_default');
+CREATE ROLE regress_array_default_worker;
+GRANT jobcap_worker TO regress_array_default_worker;
+SELECT jobcap.grant_queue('array_default', 'regress_array_default_worker');
+CREATE SCHEMA array_default_evil AUTHORIZATION regress_array_default_worker;
 \c
-SET ROLE r6_dworker;
-CREATE FUNCTION r6_devil.texteq(text, text) RETURNS bool LANGUAGE plpgsql AS $$
+SET ROLE regress_array_default_worker;
+CREATE FUNCTION array_default_evil.texteq(text, text) RETURNS bool LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO public.r6_who VALUES (current_user, current_setting('search_path'));
+  INSERT INTO public.json_eq_ran VALUES (current_user, current_setting('search_path'));
   RETURN pg_catalog.texteq($1, $2);
 END $$;
-SET search_path = r6_devil, pg_catalog;
-SELECT count(*) FROM (SELECT jobcap.enqueue_job('r6_dq', '{}') FROM generate_series(1, 3)) e;
+SET search_path = array_default_evil, pg_catalog;
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('array_default', '{}') FROM generate_series(1, 3)) e;
 RESET search_path;
 RESET ROLE;
 -- SQL path: no row.
-SELECT who, path, count(*) FROM public.r6_who GROUP BY 1, 2;
-SELECT r6_flag, count(*) FROM jobcap.jobs WHERE queue = 'r6_dq' GROUP BY 1;
-SELECT jobcap.drop_queue('r6_dq', force => true);
-ALTER TABLE jobcap.jobs DROP COLUMN r6_flag;
-DROP SCHEMA r6_devil CASCADE;
-DROP OPERATOR CLASS public.r6_json_ops USING hash;
-DROP OPERATOR FAMILY public.r6_json_ops USING hash;
+SELECT who, path, count(*) FROM public.json_eq_ran GROUP BY 1, 2;
+SELECT json_array_default, count(*) FROM jobcap.jobs WHERE queue = 'array_default' GROUP BY 1;
+SELECT jobcap.drop_queue('array_default', force => true);
+ALTER TABLE jobcap.jobs DROP COLUMN json_array_default;
+DROP SCHEMA array_default_evil CASCADE;
+DROP OPERATOR CLASS public.json_by_text_ops USING hash;
+DROP OPERATOR FAMILY public.json_by_text_ops USING hash;
 DROP OPERATOR public.= (json, json);
-DROP FUNCTION public.r6_json_eq(json, json);
-DROP FUNCTION public.r6_json_hash(json);
-DROP TABLE public.r6_who;
-DROP ROLE r6_dworker;
+DROP FUNCTION public.json_eq_by_text(json, json);
+DROP FUNCTION public.json_hash_by_text(json);
+DROP TABLE public.json_eq_ran;
+DROP ROLE regress_array_default_worker;

@@ -3,11 +3,11 @@
 -- them in payload order (what src/functions/enqueue.cpp promises). The expected output is the SQL
 -- path's.
 \set VERBOSITY terse
-SELECT jobcap.create_queue('r4_ids');
+SELECT jobcap.create_queue('descending_ids');
 ALTER TABLE jobcap.jobs ALTER COLUMN job_id SET INCREMENT BY -1 SET MINVALUE -1000000 RESTART WITH -100;
-SELECT jobcap.enqueue_jobs('r4_ids', ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}']::jsonb[]) AS ids;
-SELECT job_id, payload FROM jobcap.jobs WHERE queue = 'r4_ids' ORDER BY payload ->> 'i';
-SELECT jobcap.drop_queue('r4_ids', force => true);
+SELECT jobcap.enqueue_jobs('descending_ids', ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}']::jsonb[]) AS ids;
+SELECT job_id, payload FROM jobcap.jobs WHERE queue = 'descending_ids' ORDER BY payload ->> 'i';
+SELECT jobcap.drop_queue('descending_ids', force => true);
 ALTER TABLE jobcap.jobs ALTER COLUMN job_id SET INCREMENT BY 1;
 SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'),
               greatest(1, (SELECT max(job_id) FROM jobcap.jobs))) > 0 AS restored;
