@@ -1,9 +1,8 @@
 -- A claim walks its own queue's entries of jobs_claim, not another queue's backlog. Queues
--- 'q7169' and 'q122757' share a 32-bit hashtext: with that as jobs_claim's first key (an earlier
--- draft of 0.2.0), a claim of q7169 stepped over every pending job of q122757 that sorts before
--- its own, on both paths (behind 200,000 a direct claim took 44 ms, a SQL one 69 ms, against 1
--- to 2 ms for a queue of its own with a 200,000-job backlog). The key is hashtextextended(queue,
--- 0), 64 bits, which this pair does not share: each claim reads its one entry.
+-- 'q7169' and 'q122757' share a 32-bit hashtext: with that as jobs_claim's first key, a claim of
+-- q7169 would step over every pending job of q122757 that sorts before its own, on both paths,
+-- and its cost would grow with the other queue's backlog. The key is hashtextextended(queue, 0),
+-- 64 bits, which this pair does not share: each claim reads its one entry.
 \set VERBOSITY terse
 SELECT pg_catalog.hashtext('q7169') = pg_catalog.hashtext('q122757') AS same_hash32,
        pg_catalog.hashtextextended('q7169', 0) = pg_catalog.hashtextextended('q122757', 0) AS same_hash64;
