@@ -14,12 +14,8 @@
 EXTENSION  = jobcap
 MODULE_big = jobcap
 
-# The one list of sources: every .cpp under src/. The tiers are directories:
-#   src/            the front door (module magic, GUCs) and the C++/ereport boundary
-#   src/functions/  SQL-callable functions, one file per family
-#   src/background/ the launcher and the per-database reaper
-#   src/spi/        statements prepared once, argument readers, access checks, errors
-#   src/core/       pure C++ without PostgreSQL headers (CMakeLists.txt builds it for CTest)
+# The one list of sources: every .cpp in src/ and its directories, the tiers that
+# docs/architecture.md describes (src/core, pure C++, is also built by CMakeLists.txt for CTest).
 SRCS = $(sort $(wildcard $(srcdir)/src/*.cpp $(srcdir)/src/*/*.cpp))
 OBJS = $(patsubst $(srcdir)/%.cpp,%.o,$(SRCS))
 
