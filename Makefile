@@ -1,5 +1,7 @@
 # jobcap, built with PGXS against the server headers of the pg_config on PATH (or PG_CONFIG=...).
 #   make / make install        build and install into that PostgreSQL
+#   make check                 the quick loop: format, unit, regress and isolation on both hot paths
+#                              (make check TEST=caps runs one test by name; see CONTRIBUTING.md)
 #   make installcheck          pg_regress, isolation and TAP suites on throwaway instances
 #   make test                  everything: unit, installcheck, clients, chaos, fuzz, sanitizers
 #   make matrix                regress, isolation and TAP on PostgreSQL 17 and 18 (MATRIX="15 17 18"),
@@ -12,38 +14,25 @@
 EXTENSION  = jobcap
 MODULE_big = jobcap
 
-# The one list of sources: every .cpp under src/. The tiers are directories:
-#   src/            the front door (module magic, GUCs) and the C++/ereport boundary
-#   src/functions/  SQL-callable functions, one file per family
-#   src/background/ the launcher and the per-database reaper
-#   src/spi/        statements prepared once, argument readers, access checks, errors
-#   src/core/       pure C++ without PostgreSQL headers (CMakeLists.txt builds it for CTest)
+# The one list of sources: every .cpp in src/ and its directories, the tiers that
+# docs/architecture.md describes (src/core, pure C++, is also built by CMakeLists.txt for CTest).
 SRCS = $(sort $(wildcard $(srcdir)/src/*.cpp $(srcdir)/src/*/*.cpp))
 OBJS = $(patsubst $(srcdir)/%.cpp,%.o,$(SRCS))
 
 # Relative to the source directory: PGXS prefixes $(srcdir) itself (a VPATH build).
 DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/jobcap--*.sql))
 
-# Tests live under test/, as pgvector keeps them: test/sql + test/expected (pg_regress),
-# test/isolation (pg_isolation_regress), test/t (TAP). Each suite gets a throwaway instance.
-REGRESS = lifecycle poison fencing dedupe caps history manage bad_input batch transactions plans \
-          stats stats_scale no_preload privileges hijack hostile_input install hot controls \
-          schedules upgrade holes upgrade_caps release adapters direct_path direct_enqueue direct_fail direct_divergence \
-          direct_column_types direct_index_exprs direct_null_columns direct_null_lease \
-          direct_domains direct_default_fold direct_opclass direct_default_code \
-          direct_partition direct_ids_order direct_prune_index direct_replica_identity \
-          direct_check_sql direct_predicate_code direct_errors_inherit direct_array_opclass \
-          direct_default_array direct_fail_identity direct_grant_collation \
-          direct_queue_collation claim_hash claim_walk
-REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=tmp_check_regress \
-               --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
-ISOLATION = claim_race reap_vs_complete stale_cohort double_reap same_worker_reclaim \
-            assert_fence_holds claim_by_id_race claim_recheck notify_coalesce enqueue_vs_drop \
-            refresh_race stats_late_commit rollback_count_race max_running_race \
-            pause_while_running schedule_race assert_fence_savepoint drop_queue_others \
-            release_races notify_retry direct_stale_shape direct_default_race direct_prune_race \
-            direct_prune_races direct_queue_moved direct_queue_moved_granted \
-            direct_queue_moved_settles
+# The test lists are the files: a new suite is picked up by its file alone, a deleted one leaves.
+#   sql/<name>.sql + expected/<name>.out   pg_regress (PGXS's own rules, --inputdir=$(srcdir));
+#                                          sql/jobcap--*.sql are the install scripts, not tests
+#   test/isolation/specs/<name>.spec       pg_isolation_regress (expected: test/isolation/expected)
+#   test/t/<name>.pl                       TAP (prove)
+# Each kind runs in one throwaway instance, in alphabetical order; every suite also passes alone
+# (test/run regress TEST=<name>), so none may lean on what another left behind.
+REGRESS = $(filter-out jobcap--%,$(sort $(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))))
+REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=$(srcdir)/test/regress.conf \
+               --load-extension=jobcap
+ISOLATION = $(sort $(basename $(notdir $(wildcard $(srcdir)/test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --temp-instance=tmp_check_iso_instance \
                  --temp-config=$(srcdir)/test/regress.conf --load-extension=jobcap
 TAP_TESTS = 1
@@ -89,7 +78,17 @@ SHLIB_LINK += -lstdc++ $(SANITIZE_FLAGS)
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
-ifneq ($(wildcard $(PGXS)),)
+ifeq ($(MAKECMDGOALS),check)
+# The quick loop, test/run check: format, unit, and the regress and isolation suites on both hot
+# paths; make check TEST=NAME runs one test by name. test/run builds with a make of its own, so
+# this one does not read PGXS, whose own check target only says that it is not supported.
+.PHONY: check
+check:
+	test/run check $(if $(TEST),TEST="$(TEST)")
+else ifneq ($(wildcard $(PGXS)),)
+ifneq ($(filter check,$(MAKECMDGOALS)),)
+$(error make check runs alone, and builds what it tests: make check [TEST=name])
+endif
 include $(PGXS)
 # The same check against the headers' own Makefile.global, when it names another major.
 ifneq ($(MAJORVERSION),$(PG_MAJOR))
@@ -141,6 +140,6 @@ format:
 format-check:
 	clang-format --dry-run --Werror $(CXX_FILES)
 
-# test/run reads the suite lists from here: make -s print-REGRESS
+# test/run reads the test lists from here (make -s print-REGRESS) to find a test by name.
 print-%:
 	@echo $($*)

@@ -102,9 +102,10 @@ class Fuzzer:
                        " backoff_max => '0')", (q, cap))
         for q in GRANTED:
             su.execute("SELECT jobcap.grant_queue(%s, 'fuzz_worker')", (q,))
-        # Every change of a job's state, fence or attempts, with the cap in force (README, Caps:
-        # the lower of the job's and its queue's, or a requeue's budget until the next lowering) and the
-        # client's statement (which tells a requeue_job from anything else).
+        # Every change of a job's state, fence or attempts, with the cap in force
+        # (docs/semantics.md, Caps: the lower of the job's and its queue's, or a requeue's budget
+        # until the next lowering) and the client's statement (which tells a requeue_job from
+        # anything else).
         su.execute("""
             CREATE TABLE public.fuzz_log (id bigserial, job_id bigint, old_state text, new_state text,
                 old_fence bigint, new_fence bigint, old_attempts int, new_attempts int, cap int,

@@ -7,7 +7,7 @@
 #
 # Nothing here names an object the upgrade script adds: the comparisons run over whatever the
 # catalogs hold, so the test keeps its meaning as the script grows. A change the upgrade makes to
-# existing rows on purpose goes into %documented_changes below, with the README's words for it.
+# existing rows on purpose goes into %documented_changes below, with UPDATING.md's words for it.
 use strict;
 use warnings;
 
@@ -19,7 +19,7 @@ use JobcapTest;
 my $old = '0.1.0';
 
 # Columns of 0.1.0's tables whose values the upgrade changes on purpose, as 'table.column'
-# (the README's "Upgrading" section says how). Left out of the before/after comparison.
+# (UPDATING.md, "From 0.1.0 to 0.2.0", says how). Left out of the before/after comparison.
 my %documented_changes = ();
 
 # Database "postgres" gets the upgrade; no background worker serves it, so nothing but this test
@@ -48,8 +48,8 @@ $node->safe_psql('postgres', q{
     SELECT jobcap.grant_queue('dead', 'jobcap_worker');
 });
 # w1's session stays open from its first claim under 0.1.0 to its completion under the new
-# version. Until ALTER EXTENSION jobcap UPDATE, the new library serves the 0.1.0 schema (the
-# README's "Upgrading"): a call that fails there fails this test with its error.
+# version. Until ALTER EXTENSION jobcap UPDATE, the new library serves the 0.1.0 schema
+# (UPDATING.md): a call that fails there fails this test with its error.
 my $worker = $node->background_psql('postgres', extra_params => [ '-U', 'w1' ], on_error_stop => 0);
 my $w = sub {
 	my ($query) = @_;
@@ -143,8 +143,8 @@ my $max_fence_before = $node->safe_psql('postgres', q{
                     (SELECT last_value FROM jobcap.fences))});
 
 # The served database gets the same upgrade under its running background worker.
-# Until its ALTER EXTENSION, a database is at 0.1.0 under the new library (the README's
-# "Upgrading"): the worker serves it and reaps there too.
+# Until its ALTER EXTENSION, a database is at 0.1.0 under the new library (UPDATING.md): the
+# worker serves it and reaps there too.
 $node->safe_psql('reaped', qq{CREATE EXTENSION jobcap VERSION '$old';
     SELECT jobcap.create_queue('r', lease => '1 hour');
     SELECT jobcap.enqueue_job('r') FROM generate_series(1, 2);

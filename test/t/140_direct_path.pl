@@ -532,7 +532,7 @@ sub state_of
 # index of the table (the one on lease_expires_at makes heartbeats non-HOT; the unique one is
 # checked on every claim; the partial one has a predicate of its own to evaluate); amcheck checks
 # them after the sequence. (An index on an expression sends every call to the SQL path:
-# test/sql/direct_index_exprs.sql.)
+# sql/direct_index_exprs.sql.)
 my @extra_indexes = (
 	'',
 	'CREATE INDEX diff_worker ON jobcap.jobs (worker)',

@@ -538,7 +538,7 @@ is($primary->safe_psql('postgres', "SELECT string_agg(w || ' ' || state || ' ' |
 # entries too. One on lease_expires_at makes heartbeats non-HOT; a partial one of its own; one
 # built CONCURRENTLY; then a hash index (not a btree: the direct path lets the executor's
 # ExecInsertIndexTuples do the entries). An index on an expression would send the calls to the
-# SQL path (test/sql/direct_index_exprs.sql).
+# SQL path (sql/direct_index_exprs.sql).
 $primary->safe_psql('postgres', q{
     SELECT jobcap.create_queue('i', lease => '1 hour', backoff_base => '0', backoff_max => '0');
     SELECT count(jobcap.enqueue_job('i', jsonb_build_object('n', n))) FROM generate_series(1, 12) n;

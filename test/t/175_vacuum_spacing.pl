@@ -1,14 +1,14 @@
-# The worker's vacuums are spaced (from a review of 09180f8). After a vacuum that took D, none
-# starts sooner than 9 D after it ended, although the threshold is long past; once that is over,
-# the next cycle vacuums. Vacuums are made slow with PostgreSQL's cost-based delay (as in
-# 171_vacuum_manners.pl): the wait is sleep, not CPU, so D is about the same on any machine, and
-# the test reads D and the end of each vacuum from the worker's own DEBUG1 line rather than
-# predicting them. Every time compared comes from the server log's %m stamps (one clock), so
-# the test's own scheduling does not enter the assertions, only the preconditions (skipped, not
-# failed, when the machine was too slow to set them up).
+# The worker's vacuums are spaced, so that vacuuming takes at most a tenth of its time. After a
+# vacuum that took D, none starts sooner than 9 D after it ended, although the threshold is long
+# past; once that is over, the next cycle vacuums. Vacuums are made slow with PostgreSQL's
+# cost-based delay (as in 171_vacuum_manners.pl): the wait is sleep, not CPU, so D is about the
+# same on any machine, and the test reads D and the end of each vacuum from the worker's own
+# DEBUG1 line rather than predicting them. Every time compared comes from the server log's %m
+# stamps (one clock), so the test's own scheduling does not enter the assertions, only the
+# preconditions (skipped, not failed, when the machine was too slow to set them up).
 #
-# Fails without spacing (kVacuumSpacing = 0): the second vacuum started 0.21 s after the first
-# ended, against 35.4 s with it (a first vacuum of 3.9 s).
+# The test fails without spacing (kVacuumSpacing = 0): the second vacuum then starts as soon as
+# the first has ended, far sooner than 9 D.
 use strict;
 use warnings;
 
