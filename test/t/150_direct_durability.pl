@@ -1,5 +1,5 @@
 # Nothing the executor did goes missing on the direct path (jobcap.hot_path = direct, the
-# default; src/direct/jobs.hpp):
+# default; src/direct/direct.hpp):
 #  1. its claims, completions and heartbeats survive a crash (pg_ctl stop -m immediate) exactly,
 #     and those of a transaction open at the crash are gone after it;
 #  2. a streaming standby replays them row for row;
@@ -19,7 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use JobcapTest;
 
-# Every session below says which path served each call (DEBUG2, src/direct/jobs.cpp).
+# Every session below says which path served each call (DEBUG2, src/direct/shape.cpp).
 my $direct = "SET jobcap.hot_path = direct; SET client_min_messages = debug2;\n";
 
 # The paths named in a session's messages: "claim_job direct, heartbeat SQL, ...".
