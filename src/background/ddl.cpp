@@ -171,7 +171,8 @@ void lock_tables_for_update()
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "SPI_execute_with_args returned %d", rc);
     int n = 0;
-    Oid* tables = static_cast<Oid*>(palloc(sizeof(Oid) * (SPI_processed + 1)));
+    // In the caller's memory: SPI_finish frees what was allocated after SPI_connect.
+    Oid* tables = static_cast<Oid*>(SPI_palloc(sizeof(Oid) * (SPI_processed + 1)));
     for (uint64 i = 0; i < SPI_processed; ++i) {
         bool isnull = false;
         Oid t = DatumGetObjectId(
