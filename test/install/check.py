@@ -27,6 +27,12 @@ from pgserver import Server  # noqa: E402
 
 server = None
 
+# The clients' versions, each written once in its own sources.
+with open(os.path.join(ROOT, "clients", "python", "jobcap", "_version.py")) as f:
+    PY_VERSION = f.read().split('"')[1]
+with open(os.path.join(ROOT, "clients", "node", "package.json")) as f:
+    NODE_VERSION = json.load(f)["version"]
+
 PY_APP = '''
 import os, sys
 import jobcap, psycopg
@@ -154,7 +160,7 @@ class InstallTest(unittest.TestCase):
                   self.work)
         self.assertIn("succeeded", out)
         show = run(pip + ["show", "jobcap"], self.work)
-        self.assertIn("Version: 0.2.0", show)
+        self.assertIn(f"Version: {PY_VERSION}", show)
         self.assertIn("License:", show)
 
         # The wheel, from one command, installed into a second venv.
@@ -162,7 +168,7 @@ class InstallTest(unittest.TestCase):
         run(pip + ["wheel", "--no-build-isolation", "--no-index", "--no-deps", "-w", dist, source],
             self.work)
         wheels = [w for w in os.listdir(dist) if w.endswith(".whl")]
-        self.assertEqual(wheels, ["jobcap-0.2.0-py3-none-any.whl"])
+        self.assertEqual(wheels, [f"jobcap-{PY_VERSION}-py3-none-any.whl"])
         other = os.path.join(self.work, "venv2")
         run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", other], self.work)
         run([os.path.join(other, "bin", "python"), "-m", "pip", "install", "--no-index",
@@ -171,7 +177,7 @@ class InstallTest(unittest.TestCase):
                     "import importlib.metadata as m; d = m.metadata('jobcap');"
                     "print(d['Version'], d['License'] is not None, 'Description' in d or bool(d.get_payload()))"],
                    self.work)
-        self.assertEqual(meta.split(), ["0.2.0", "True", "True"])
+        self.assertEqual(meta.split(), [PY_VERSION, "True", "True"])
         out = run([os.path.join(other, "bin", "python"), "app.py", server.conninfo, "py_wheel"],
                   self.work)
         self.assertIn("succeeded", out)
@@ -180,7 +186,7 @@ class InstallTest(unittest.TestCase):
         out = run(["npm", "pack", "--silent", "--pack-destination", self.work,
                    os.path.join(ROOT, "clients", "node")], self.work)
         tarball = out.strip().splitlines()[-1]
-        self.assertEqual(tarball, "jobcap-0.2.0.tgz")
+        self.assertEqual(tarball, f"jobcap-{NODE_VERSION}.tgz")
         listing = run(["tar", "tzf", os.path.join(self.work, tarball)], self.work).split()
         for want in ("package/index.d.ts", "package/lib/child.js", "package/LICENSE",
                      "package/README.md"):

@@ -1,8 +1,8 @@
 # A backup keeps the queue: pg_dump dumps the rows of jobcap's tables and the positions of its
-# sequences with the extension. Jobs in every state, grants, history and statistics, dumped and
-# restored into a new database (plain and --data-only), come back row for row; the next fence is
-# above every fence handed out before, a granted worker claims, and the restored database's
-# reaper works.
+# sequences with the extension. Jobs in every state, grants, history, periodic jobs and
+# statistics, dumped and restored into a new database (plain and --data-only), come back row for
+# row; the next fence is above every fence handed out before, a granted worker claims, and the
+# restored database's reaper works.
 use strict;
 use warnings;
 
@@ -31,6 +31,8 @@ $node->safe_psql('src', q{
     SELECT jobcap.enqueue_job('mail', '{"n": "later"}', run_at => now() + interval '1 day');
     SELECT jobcap.enqueue_job('mail', '{"n": "keyed"}', dedupe_key => 'k1', max_attempts => 1);
     SELECT jobcap.enqueue_job('idle', '{"n": "idle"}');
+    SELECT jobcap.schedule_job('nightly', '0 3 * * *', 'mail', '{"report": true}', priority => 2);
+    SELECT jobcap.schedule_job('hourly', '@hourly', 'idle');
 });
 # 1 succeeds, 2 fails for good (dead after 2 attempts), 3 fails once (pending, retrying),
 # 4 stays running, 5 is cancelled, 6 is dead, requeued and dead again (history: requeued),
@@ -83,10 +85,11 @@ is($node->safe_psql('src', q{SELECT string_agg(DISTINCT state::text, ',') FROM j
 	'cancelled,dead,pending,running,succeeded', 'the source has jobs in every state');
 is($node->safe_psql('src', q{SELECT string_agg(DISTINCT kind, ',') FROM jobcap.job_errors}),
 	'error,lease_expired,requeued', 'history of every kind');
+is($node->safe_psql('src', 'SELECT count(*) FROM jobcap.job_schedules'), '2', 'two periodic jobs');
 is($node->safe_psql('src', q{SELECT (SELECT count(*) FROM jobcap.stats_minutes) > 0
     AND (SELECT count(*) FROM jobcap.stats_latency) > 0}), 't', 'and statistics');
 
-my @tables = qw(queues jobs job_errors queue_grants stats_minutes stats_latency stats_progress);
+my @tables = qw(queues jobs job_errors queue_grants job_schedules stats_minutes stats_latency stats_progress);
 my @sequences = qw(fences jobs_job_id_seq job_errors_seq_seq);
 sub contents
 {

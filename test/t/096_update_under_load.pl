@@ -1,9 +1,9 @@
-# ALTER EXTENSION jobcap UPDATE from the released 0.1.0 while workers enqueue, claim, fail and
-# complete (pgbench, 4 clients) and the background worker reaps: no deadlock, no worker call
-# killed, the update done. The script's DDL locks job_errors and queues before jobs, and a
-# worker's fail_job locks jobs before them; the update takes every jobcap table's lock, jobs
-# first, before its script runs (src/background/ddl.cpp), so the two wait for each other in turn
-# instead of in a cycle. Three trials, each in a database of its own at 0.1.0.
+# ALTER EXTENSION jobcap UPDATE from each released version (0.1.0, 0.2.0) while workers enqueue,
+# claim, fail and complete (pgbench, 4 clients) and the background worker reaps: no deadlock, no
+# worker call killed, the update done. The 0.1.0 -> 0.2.0 script's DDL locks job_errors and
+# queues before jobs, and a worker's fail_job locks jobs before them; the update takes every
+# jobcap table's lock, jobs first, before its script runs (src/background/ddl.cpp), so the two
+# wait for each other in turn instead of in a cycle. Five trials, each in a database of its own.
 use strict;
 use warnings;
 
@@ -29,12 +29,14 @@ SELECT jobcap.complete_job(:done, :done_fence);
 SQL
 close $fh;
 
-for my $trial (1 .. 3)
+my @from = ('0.1.0', '0.1.0', '0.1.0', '0.2.0', '0.2.0');
+for my $trial (1 .. @from)
 {
 	my $db = "trial$trial";
+	my $from = $from[ $trial - 1 ];
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	$node->safe_psql($db, q{
-        CREATE EXTENSION jobcap VERSION '0.1.0';
+	$node->safe_psql($db, qq{
+        CREATE EXTENSION jobcap VERSION '$from';
         SELECT jobcap.create_queue('q', max_attempts => 1000, backoff_base => '0',
                                    backoff_max => '0');
         SELECT jobcap.enqueue_job('q', '{}') FROM generate_series(1, 200);
@@ -57,8 +59,9 @@ for my $trial (1 .. 3)
 		"trial $trial: the workers went on after the update");
 	is(count_log($node, qr/deadlock detected/, $log_offset), 0,
 		"trial $trial: no deadlock in the server log");
-	isnt($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'jobcap'"),
-		'0.1.0', "trial $trial: updated");
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'jobcap'"),
+		$node->safe_psql($db, "SELECT default_version FROM pg_available_extensions WHERE name = 'jobcap'"),
+		"trial $trial: updated from $from to the default version");
 }
 
 done_testing();

@@ -1,2 +1,2 @@
 """The client's version: the one place it is written (pyproject.toml reads it)."""
-__version__ = "0.2.0"
+__version__ = "0.3.0"
