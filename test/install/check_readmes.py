@@ -1,4 +1,8 @@
-"""The code blocks of the clients' READMEs run as they are, so that none can rot.
+"""The code blocks of the READMEs run as they are, so that none can rot.
+
+README.md: its ```sql blocks, in order, with psql in a new database that has only the role
+`mailer` and the table `thumbnails` they use (the first block creates the extension); the
+worker loop's job must end succeeded with its row written.
 
 clients/python/README.md: every ```python block; clients/node/README.md: every ```js block
 (and ```sql blocks of either, run with psql). Each runs in a throwaway application outside the
@@ -133,6 +137,28 @@ class ReadmeTest(unittest.TestCase):
         self.write(JS_STUBS)
         self.run_blocks(os.path.join(ROOT, "clients", "node", "README.md"), "js",
                         lambda path: ["node", path])
+
+    def test_main_readme_sql(self):
+        server.psql("CREATE DATABASE readme")
+        self.addCleanup(server.psql, "DROP DATABASE readme")
+        conninfo = f"host={server.dir} port={server.port} user=postgres dbname=readme"
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("DO $$ BEGIN CREATE ROLE mailer; EXCEPTION WHEN duplicate_object"
+                         " THEN NULL; END $$")
+            conn.execute("CREATE TABLE thumbnails (job_id bigint, file text)")
+        found = [body for lang, body in blocks(os.path.join(ROOT, "README.md")) if lang == "sql"]
+        self.assertGreaterEqual(len(found), 3, "the README's sql blocks")
+        psql = os.path.join(server.bindir, "psql")
+        for n, body in enumerate(found):
+            with self.subTest(block=n + 1, first=body.splitlines()[0]):
+                name = f"readme{n + 1}.sql"
+                self.write({name: body})
+                run([psql, "-X", "-v", "ON_ERROR_STOP=1", "-h", server.dir, "-p", str(server.port),
+                     "-U", "postgres", "-d", "readme", "-f", name], self.app)
+        with psycopg.connect(conninfo) as conn:
+            row = conn.execute("SELECT j.state::text, j.attempts, t.file FROM jobcap.jobs j"
+                               " JOIN thumbnails t USING (job_id) WHERE j.queue = 'media'").fetchall()
+        self.assertEqual(row, [("succeeded", 1, "a.jpg")])
 
     def run_blocks(self, readme, language, command):
         found = blocks(readme)
