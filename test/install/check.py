@@ -13,6 +13,7 @@ Each app enqueues a job, runs a worker (isolated: the handler in a child process
 succeeded, and prints what it saw.
 """
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ server = None
 
 # The clients' versions, each written once in its own sources.
 with open(os.path.join(ROOT, "clients", "python", "jobcap", "_version.py")) as f:
-    PY_VERSION = f.read().split('"')[1]
+    PY_VERSION = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
 with open(os.path.join(ROOT, "clients", "node", "package.json")) as f:
     NODE_VERSION = json.load(f)["version"]
 
