@@ -338,6 +338,23 @@ SELECT jobcap.grant_queue('qc', 'regress_worker_a');
 SELECT jobcap.drop_queue('qc');
 SELECT count(*) AS grants_of_dropped_queue FROM jobcap.queue_grants WHERE queue = 'qc';
 
+-- The refusal names the function and says why in a sentence (the DETAIL, shown with
+-- VERBOSITY default), for a queue and for a job of a queue not granted.
+\set VERBOSITY default
+SELECT set_config('regress.qb_job', jobcap.enqueue_job('qb', '{}')::text, false) IS NOT NULL AS enqueued;
+SET ROLE regress_worker_a;
+SELECT job_id FROM jobcap.claim_job('qb', 'w');
+DO $$
+DECLARE detail text;
+BEGIN
+  PERFORM jobcap.heartbeat(current_setting('regress.qb_job')::bigint, 1);
+EXCEPTION WHEN insufficient_privilege THEN
+  GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+  RAISE NOTICE 'heartbeat of a job in qb: %', detail;  -- the job's id varies with the suites run before
+END $$;
+RESET ROLE;
+\set VERBOSITY terse
+
 -- Clean up: connections, roles (cluster-wide), queues.
 SELECT count(dblink_disconnect(who)) AS disconnected FROM matrix_roles;
 DROP PROCEDURE run_matrix();

@@ -149,7 +149,7 @@ void deny_queue(const char* function, const char* queue)
 {
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("permission denied for queue \"%s\"", queue),
-                    errdetail("jobcap.%s works only queues granted to the calling role.", function),
+                    errdetail("jobcap.%s works only on queues granted to the calling role.", function),
                     errhint("The owner grants a queue with jobcap.grant_queue(queue, role).")));
     pg_unreachable();
 }
@@ -158,7 +158,7 @@ void deny_job(const char* function, int64 job_id)
 {
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("permission denied for job %lld", static_cast<long long>(job_id)),
-                    errdetail("jobcap.%s works only jobs of queues granted to the calling role.",
+                    errdetail("jobcap.%s works only on jobs of queues granted to the calling role.",
                               function),
                     errhint("The owner grants a queue with jobcap.grant_queue(queue, role).")));
     pg_unreachable();
