@@ -140,6 +140,7 @@ DROP FUNCTION old_create_queue(text, integer, interval, interval, interval, bool
 
 -- Operators only: a worker role may complete with an output, not pause, cap or schedule.
 CREATE ROLE regress_controls_worker NOLOGIN IN ROLE jobcap_worker;
+SELECT jobcap.enqueue_job('old') AS other_job \gset
 SELECT jobcap.grant_queue('out', 'regress_controls_worker');
 SET ROLE regress_controls_worker;
 \set VERBOSITY sqlstate
@@ -152,7 +153,25 @@ SELECT jobcap.run_schedules();
 SELECT jobcap.enqueue_job('out') AS worker_job \gset
 SELECT job_id, fence FROM jobcap.claim_job('out', 'w') \gset
 SELECT jobcap.complete_job(:job_id, :fence, '{"by": "worker"}');
+-- The enqueuing side reads a result through job_result, not the table; a failure shows its error.
+SELECT state, attempts, output, error, finished_at IS NOT NULL AS finished
+  FROM jobcap.job_result(:job_id);
+SELECT jobcap.enqueue_job('out', '{"to": "a@example.com"}') AS failing \gset
+SELECT fence FROM jobcap.claim_job('out', 'w') \gset
+SELECT jobcap.fail_job(:failing, :fence, 'smtp refused');
+SELECT state, attempts, output, error, finished_at FROM jobcap.job_result(:failing);
+-- A job of a queue not granted and a job that does not exist are refused alike.
+\set VERBOSITY sqlstate
+SELECT output FROM jobcap.jobs WHERE job_id = :job_id;
+SELECT * FROM jobcap.job_result(:other_job);
+SELECT * FROM jobcap.job_result(:other_job + 1000000);
+SELECT * FROM jobcap.job_result(NULL);
+\set VERBOSITY terse
 RESET ROLE;
+\set VERBOSITY sqlstate
+SELECT * FROM jobcap.job_result(:other_job + 1000000);
+\set VERBOSITY terse
+SELECT state, attempts FROM jobcap.job_result(:other_job);
 SELECT output FROM jobcap.jobs WHERE job_id = :job_id;
 SELECT jobcap.revoke_queue('out', 'regress_controls_worker');
 DROP ROLE regress_controls_worker;

@@ -133,6 +133,9 @@ BEGIN
   WHEN 'complete_and_claim' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT * FROM jobcap.complete_and_claim(%s, %s, %L, ''w'')', j.job, j.fence, q);
+  WHEN 'job_result' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT * FROM jobcap.job_result(%s)', j.job);
   WHEN 'cancel_job' THEN
     j := fixture_job(q, 'pending');
     RETURN format('SELECT jobcap.cancel_job(%s)', j.job);
@@ -175,7 +178,7 @@ INSERT INTO matrix_fns VALUES
   ('enqueue_job', 1, true), ('enqueue_jobs', 2, true), ('claim_job', 3, true),
   ('claim_job_by_id', 4, true), ('complete_job', 5, true), ('complete_jobs', 5.5, true), ('fail_job', 6, true),
   ('heartbeat', 7, true), ('assert_fence', 8, true), ('release_job', 8.3, true),
-  ('crash_job', 8.6, true), ('complete_and_claim', 9, true),
+  ('crash_job', 8.6, true), ('complete_and_claim', 9, true), ('job_result', 9.5, true),
   ('create_queue', 10, true), ('alter_queue', 11, true), ('drop_queue', 12, true),
   ('cancel_job', 13, true), ('requeue_job', 14, true), ('reap_jobs', 15, false),
   ('statements', 16, false), ('backoff', 17, false), ('grant_queue', 18, true),
@@ -246,7 +249,7 @@ CREATE FUNCTION policy(who text, fn text, queue text) RETURNS text LANGUAGE sql 
       CASE WHEN fn = 'backoff' THEN 'ok'
            WHEN fn IN ('enqueue_job', 'enqueue_jobs', 'claim_job', 'claim_job_by_id', 'complete_job',
                        'complete_jobs', 'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim',
-                       'release_job', 'crash_job')
+                       'release_job', 'crash_job', 'job_result')
                 AND queue = 'qa' THEN 'ok'
            ELSE '42501' END
     WHEN who IN ('regress_worker_none', 'regress_noinherit') THEN

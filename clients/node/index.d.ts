@@ -124,6 +124,13 @@ export declare function enqueue(db: Queryable, queue: string, payload?: unknown,
   dedupeKey?: string | null }): Promise<number>;
 export declare function complete(db: Queryable, jobId: number, fence: number,
   output?: unknown): Promise<JobState>;
+/** What jobResult resolves to. */
+export interface JobResult {
+  state: JobState; attempts: number; output: unknown; error: string | null;
+  finishedAt: Date | null;
+}
+/** Reads a job of a queue the role may work (jobcap.job_result), for the side that enqueued it. */
+export declare function jobResult(db: Queryable, jobId: number): Promise<JobResult>;
 /** Completes several jobs, each under its own fence, all or nothing (a stale fence throws). */
 export declare function completeJobs(db: Queryable, jobIds: number[], fences: number[],
   outputs?: unknown[] | null): Promise<number>;

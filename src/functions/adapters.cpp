@@ -1,6 +1,7 @@
 // What the Celery and Django-Q adapters call beyond the worker's settle calls: give_up_job (a
 // worker's "dead now", for a rejected message), queue_depth (a queue's size, for workers of a
-// granted queue) and purge_pending (an operator's purge, in bounded batches).
+// granted queue), job_result (a job's outcome, for the side that enqueued it) and purge_pending
+// (an operator's purge, in bounded batches).
 #include "spi/access.hpp"
 #include "spi/args.hpp"
 #include "boundary.hpp"
@@ -52,6 +53,17 @@ JOBCAP_STATEMENT(
     "  JOIN jobcap.queues q ON q.queue = j.queue"
     " WHERE " JOBCAP_MAY_WORK("$3", "$1"),
     {TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+
+// $1 = job_id, $2 = caller. One row whenever the job exists, with whether the caller may see it,
+// so that a job of another queue and a job that does not exist are refused alike.
+JOBCAP_STATEMENT(
+    job_result,
+    "SELECT " JOBCAP_MAY_WORK("$2", "j.queue") ", j.state, j.attempts, j.output,"
+    "       (SELECT e.error FROM jobcap.job_errors e WHERE e.job_id = j.job_id"
+    "          AND e.error IS NOT NULL ORDER BY e.seq DESC LIMIT 1),"
+    "       j.finished_at"
+    "  FROM jobcap.jobs j WHERE j.job_id = $1",
+    {INT8OID, OIDOID}, PlanKind::generic);
 
 // Deletes up to $2 pending jobs of queue $1 with their history, oldest first, skipping rows
 // another transaction holds (a claim in progress). Running jobs settle normally.
@@ -105,6 +117,32 @@ JOBCAP_FUNCTION(queue_depth, Duty::worker)
     bool n[3] = {false, false, false};
     for (int c = 0; c < 3; ++c)
         v[c] = result_column(0, c + 1);
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+    spi_close(access);
+    return (Datum) 0;
+}
+
+JOBCAP_FUNCTION(job_result, Duty::worker)
+{
+    int64 job_id = arg_job_id(fcinfo, 0);
+    Params p;
+    p.add(Int64GetDatum(job_id)).add_caller(access);
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+
+    spi_open(access);
+    if (execute(job_result, p, SPI_OK_SELECT) == 0) {
+        if (access.privileged)
+            raise_unknown_job(job_id);
+        deny_job(function, job_id);
+    }
+    if (!DatumGetBool(result_column(0, 1)))
+        deny_job(function, job_id);
+    Datum v[5];
+    bool n[5];
+    for (int c = 0; c < 5; ++c)
+        v[c] = result_column(0, c + 2, &n[c]);
+    // The tuplestore lives in the caller's memory: it copies the values out of SPI's.
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     spi_close(access);
     return (Datum) 0;

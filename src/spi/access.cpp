@@ -147,10 +147,11 @@ void check_job(const Access& a, const char* function, int64 job_id)
 
 void deny_queue(const char* function, const char* queue)
 {
-    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                    errmsg("permission denied for queue \"%s\"", queue),
-                    errdetail("jobcap.%s works only on queues granted to the calling role.", function),
-                    errhint("The owner grants a queue with jobcap.grant_queue(queue, role).")));
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+             errmsg("permission denied for queue \"%s\"", queue),
+             errdetail("jobcap.%s works only on queues granted to the calling role.", function),
+             errhint("The owner grants a queue with jobcap.grant_queue(queue, role).")));
     pg_unreachable();
 }
 

@@ -138,7 +138,21 @@ async function completeAndClaim(db, jobId, fence, queue, worker, { batch = 1, le
   return rows;
 }
 
+/**
+ * Reads a job of a queue the role may work, for the side that enqueued it (no privilege on
+ * jobcap.jobs needed): { state, attempts, output, error, finishedAt }. A job of another queue,
+ * or one retention deleted, is refused (42501) for a worker role.
+ */
+async function jobResult(db, jobId) {
+  const { rows } = await db.query(
+    'SELECT state::text, attempts, output, error, finished_at FROM jobcap.job_result($1)', [jobId]);
+  const r = rows[0];
+  return { state: r.state, attempts: r.attempts, output: r.output, error: r.error,
+    finishedAt: r.finished_at };
+}
+
 module.exports = {
   interval, createQueue, setMaxRunning, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
   enqueue, complete, completeJobs, completeAndClaim, fail, heartbeat, assertFence, release, crash,
+  jobResult,
 };

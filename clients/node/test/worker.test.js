@@ -226,6 +226,23 @@ describe('queue controls', () => {
     assert.deepEqual(await Promise.all(ids.map(output)), [null, { double: 2 }, { double: 4 }]);
   });
 
+  it('reads a job through jobResult', async () => {
+    await queue();
+    const id = await enqueue();
+    const claimed = async () => Number((await db.query(
+      "SELECT fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows[0].fence);
+    await jobcap.fail(db, id, await claimed(), 'smtp refused');
+    assert.deepEqual(await jobcap.jobResult(db, id), {
+      state: 'pending', attempts: 1, output: null, error: 'smtp refused', finishedAt: null });
+    await db.query('UPDATE jobcap.jobs SET run_at = now() WHERE job_id = $1', [id]);
+    await jobcap.complete(db, id, await claimed(), { sent: true });
+    const done = await jobcap.jobResult(db, id);
+    assert.equal(done.state, 'succeeded');
+    assert.equal(done.attempts, 2);
+    assert.deepEqual(done.output, { sent: true });
+    assert.ok(done.finishedAt instanceof Date);
+  });
+
   it('schedules and unschedules a periodic job', async () => {
     await queue();
     const name = `${ctx.queue}_tick`;

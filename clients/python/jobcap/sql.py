@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -82,6 +82,25 @@ def complete(conn: psycopg.Connection, job_id: int, fence: int, output: Any = No
                                 (job_id, fence)).fetchone()[0]
         return conn.execute("SELECT jobcap.complete_job(%s, %s, %s)::text",
                             (job_id, fence, Jsonb(output))).fetchone()[0]
+
+
+class JobResult(NamedTuple):
+    """What job_result returns: the job's state, its attempts so far, the output complete_job
+    kept (None for none), the last error reported (None for none) and when it finished."""
+    state: str
+    attempts: int
+    output: Any
+    error: Optional[str]
+    finished_at: Optional[dt.datetime]
+
+
+def job_result(conn: psycopg.Connection, job_id: int) -> JobResult:
+    """Reads a job of a queue the role may work, for the side that enqueued it (no privilege on
+    jobcap.jobs needed). A job of another queue, or one retention deleted, raises
+    InsufficientPrivilege for a worker role."""
+    row = conn.execute("SELECT state::text, attempts, output, error, finished_at"
+                       "  FROM jobcap.job_result(%s)", (job_id,)).fetchone()
+    return JobResult(*row)
 
 
 def fail(conn: psycopg.Connection, job_id: int, fence: int, error: str,

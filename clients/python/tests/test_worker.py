@@ -248,6 +248,22 @@ class ControlsTest(Base):
         self.assertEqual(self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
                                            (job_id,)).fetchone()[0], {"rows": 3})
 
+    def test_job_result_reads_a_job_without_table_access(self):
+        job_id = self.enqueue()
+        fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
+                                  (self.queue,)).fetchone()[0]
+        jobcap.fail(self.conn, job_id, fence, "smtp refused")
+        failed = jobcap.job_result(self.conn, job_id)
+        self.assertEqual((failed.state, failed.attempts, failed.output, failed.error,
+                          failed.finished_at), ("pending", 1, None, "smtp refused", None))
+        self.conn.execute("UPDATE jobcap.jobs SET run_at = now() WHERE job_id = %s", (job_id,))
+        fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
+                                  (self.queue,)).fetchone()[0]
+        jobcap.complete(self.conn, job_id, fence, {"sent": True})
+        done = jobcap.job_result(self.conn, job_id)
+        self.assertEqual((done.state, done.attempts, done.output), ("succeeded", 2, {"sent": True}))
+        self.assertIsNotNone(done.finished_at)
+
     def test_the_handler_sets_the_output(self):
         def handle(job):
             if job.payload["n"]:
