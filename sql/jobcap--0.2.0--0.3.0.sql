@@ -30,6 +30,19 @@ COMMENT ON FUNCTION jobcap.job_result(bigint) IS
 REVOKE ALL ON FUNCTION jobcap.job_result(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobcap.job_result(bigint) TO jobcap_worker;
 
+-- Roles in one step (issue 33): grant_queue can create the queue it grants, so that an owner
+-- sets up a worker role's queue before either exists in one call. Only owners call it, so it can
+-- be replaced here.
+DROP FUNCTION jobcap.grant_queue(text, text);
+CREATE FUNCTION jobcap.grant_queue(queue text, role text, create_missing boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_grant_queue';
+COMMENT ON FUNCTION jobcap.grant_queue(text, text, boolean) IS
+    'Lets role (and roles with its privileges) enqueue, claim and settle jobs of queue; false if it already could. With create_missing, a missing queue is created first with create_queue''s defaults.';
+REVOKE ALL ON FUNCTION jobcap.grant_queue(text, text, boolean) FROM PUBLIC;
+
 -- As in 0.2.0: default privileges of the role running this script may have granted more on the
 -- objects above; take back anything held by a role other than the owner and jobcap's two roles.
 DO $acl$

@@ -330,6 +330,22 @@ SELECT jobcap.grant_queue('qa', '');
 SELECT jobcap.grant_queue('qa', repeat('r', 64));
 SELECT jobcap.grant_queue('qa', NULL);
 SELECT jobcap.grant_queue('no such queue', 'regress_worker_a');
+-- create_missing: a worker role's queue and its grant in one call, before either existed, with
+-- create_queue's defaults; again, it changes nothing. A bad role creates no queue.
+SELECT jobcap.grant_queue('qnew', 'regress_worker_a', create_missing => true) AS granted;
+SELECT max_attempts = current_setting('jobcap.default_max_attempts')::int AS default_cap, lease,
+       backoff_base, backoff_max, notify, max_running FROM jobcap.queues WHERE queue = 'qnew';
+SELECT jobcap.grant_queue('qnew', 'regress_worker_a', create_missing => true) AS granted_again;
+SELECT jobcap.grant_queue('qnew2', 'no_such_role', create_missing => true);
+SELECT count(*) AS qnew2_created FROM jobcap.queues WHERE queue = 'qnew2';
+SET ROLE regress_worker_a;
+SELECT jobcap.enqueue_job('qnew') > 0 AS enqueued;
+SELECT count(*) AS claimed FROM jobcap.claim_job('qnew', 'w');
+\set VERBOSITY sqlstate
+SELECT jobcap.grant_queue('qnew3', 'regress_worker_a', create_missing => true);
+\set VERBOSITY terse
+RESET ROLE;
+SELECT count(*) AS qnew3_created FROM jobcap.queues WHERE queue = 'qnew3';
 SELECT jobcap.revoke_queue('no such queue', 'regress_worker_a');
 SELECT jobcap.revoke_queue('qa', 'regress_worker_none') AS revoked_nothing;
 CREATE ROLE regress_gone;

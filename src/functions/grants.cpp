@@ -21,6 +21,13 @@ JOBCAP_STATEMENT(insert_grant,
                  " ON CONFLICT (queue, grantee) DO NOTHING",
                  {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
 
+// grant_queue's create_missing => true: the queue with create_queue's defaults (those of its SQL
+// declaration, hence the call through SQL) unless it exists.
+JOBCAP_STATEMENT(create_missing_queue,
+                 "SELECT jobcap.create_queue($1)"
+                 " WHERE NOT EXISTS (SELECT FROM jobcap.queues q WHERE q.queue = $1)",
+                 {TEXTOID});
+
 JOBCAP_STATEMENT(delete_grant, "DELETE FROM jobcap.queue_grants WHERE queue = $1 AND grantee = $2",
                  {TEXTOID, TEXTOID});
 
@@ -51,11 +58,17 @@ JOBCAP_FUNCTION(grant_queue, Duty::owner)
         ereport(ERROR,
                 (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("role \"%s\" does not exist", role),
                  errhint("To let every worker role work the queue, grant it to jobcap_worker.")));
+    // compat(0.2.0): the 0.2.0 declaration has two arguments.
+    bool create_missing = PG_NARGS() > 2 && !PG_ARGISNULL(2) && PG_GETARG_BOOL(2);
     Params p;
     p.add(queue.datum).add(CStringGetTextDatum(role)).add(caller_name(access));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp()));
+    Params q;
+    q.add(queue.datum);
 
     spi_open(access);
+    if (create_missing)
+        execute(create_missing_queue, q, SPI_OK_SELECT);
     bool granted = execute(insert_grant, p, SPI_OK_INSERT) > 0;
     if (!granted)
         check_queue(access, function, queue.datum, queue.cstr);

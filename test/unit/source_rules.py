@@ -8,7 +8,9 @@ this: `test/run unit`). Exits 1 and names each place that breaks one:
  tiers        Includes go down the tiers only, never up or sideways, so the include graph has no
               cycle (docs/architecture.md draws it).
  compat       Every piece of code that serves a database still at jobcap 0.1.0 carries the tag
-              compat(0.1.0) on its line or in the comment just above it (UPDATING.md).
+              compat(0.1.0) on its line or in the comment just above it (UPDATING.md); code
+              that serves one still at 0.2.0, the tag compat(0.2.0). An argument count
+              (PG_NARGS) tells a declaration of either, and carries either tag.
  versions     Only src/compat.hpp tests PG_VERSION_NUM: a difference between PostgreSQL majors
               gets a shim there, named for what it does.
  size         No C++ source is longer than 700 lines, none of src/direct longer than 500.
@@ -50,6 +52,9 @@ TIERS = {
 # declarations, and the statements of the 0.1.0 schema.
 COMPAT = re.compile(r'\b(queues_paused_column_exists|job_schedules_table_exists)\(\)|'
                     r'\bPG_NARGS\(\)|JOBCAP_STATEMENT\(\s*\w+_0_1\b|#define\s+\w+_0_1\b')
+# The 0.2.0 compatibility code: its schema probe and the statements of the 0.2.0 schema.
+COMPAT_0_2 = re.compile(r'\bworkflows_schema_exists\(\)|JOBCAP_STATEMENT\(\s*\w+_0_2\b|'
+                        r'#define\s+\w+_0_2\b')
 
 # A jobcap file named in a comment: under src/ (its directory may be left out), docs/, test/ or
 # bench/. PostgreSQL's own paths (src/backend, src/include, src/test, ...) are not jobcap's.
@@ -111,9 +116,16 @@ def main():
                                     f'{target} (tier {t})')
             if COMPAT.search(code) and not rel.startswith('spi/schema.'):
                 context = '\n'.join(lines[max(0, n - 6):n])
-                if 'compat(0.1.0)' not in context:
-                    problems.append(f'{where}:{n}: compat: no compat(0.1.0) tag at '
-                                    f'{COMPAT.search(code).group(0)}')
+                found = COMPAT.search(code).group(0)
+                tagged = 'compat(0.1.0)' in context or (found == 'PG_NARGS()' and
+                                                        'compat(0.2.0)' in context)
+                if not tagged:
+                    problems.append(f'{where}:{n}: compat: no compat(0.1.0) tag at {found}')
+            if COMPAT_0_2.search(code) and not rel.startswith('spi/schema.'):
+                context = '\n'.join(lines[max(0, n - 6):n])
+                if 'compat(0.2.0)' not in context:
+                    problems.append(f'{where}:{n}: compat: no compat(0.2.0) tag at '
+                                    f'{COMPAT_0_2.search(code).group(0)}')
             if 'PG_VERSION_NUM' in code and rel != 'compat.hpp':
                 problems.append(f'{where}:{n}: versions: PG_VERSION_NUM outside src/compat.hpp')
             for named in NAMED.findall(comments(line)):

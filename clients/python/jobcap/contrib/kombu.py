@@ -438,8 +438,8 @@ class Channel(virtual.Channel):
             role = self._execute("SELECT current_user").fetchone()[0]
             raise AccessDenied(
                 f"jobcap: queue {queue!r} does not exist ({error.diag.message_primary}), and "
-                f"role {role!r} did not create it. Its owner runs SELECT jobcap.create_queue("
-                f"{queue!r}) and SELECT jobcap.grant_queue({queue!r}, {role!r}).") from error
+                f"role {role!r} did not create it. Its owner runs SELECT jobcap.grant_queue("
+                f"{queue!r}, {role!r}, create_missing => true).") from error
         self._checked_queues.add(queue)
 
     def _has_queue(self, queue, **kwargs):
@@ -868,10 +868,10 @@ def _access_advice(queue: str, role: str, error: psycopg.Error) -> str:
     if "schema jobcap" in said or "function" in said:
         return (f"jobcap: role {role!r} may not use jobcap ({said}). A superuser runs GRANT "
                 f"jobcap_worker TO {role}, and the queue's owner SELECT jobcap.grant_queue("
-                f"{queue!r}, {role!r}).")
+                f"{queue!r}, {role!r}, create_missing => true).")
     return (f"jobcap: role {role!r} may not work queue {queue!r} ({said}). The queue's owner "
-            f"runs SELECT jobcap.grant_queue({queue!r}, {role!r}) (after SELECT "
-            f"jobcap.create_queue({queue!r}) if the queue does not exist yet).")
+            f"runs SELECT jobcap.grant_queue({queue!r}, {role!r}, create_missing => true) (which "
+            f"creates the queue if it does not exist yet).")
 
 
 def _sql_literal(option: str, value) -> str:

@@ -462,7 +462,8 @@ class CeleryScenarioTest(unittest.TestCase):
         as_role = server.conninfo.replace("user=postgres", "user=celery_worker")
         w = self.start(name="ungranted", env={"JOBCAP_TEST_CONNINFO": as_role})
         self.assertNotEqual(w.proc.wait(30), 0)
-        self.assertIn("jobcap.grant_queue('celery', 'celery_worker')", w.output())
+        self.assertIn("jobcap.grant_queue('celery', 'celery_worker', create_missing => true)",
+                      w.output())
         self.assertEqual(state(probe), ("pending", 0, 3))   # nothing taken, nothing lost
         sql("SELECT jobcap.grant_queue('celery', 'celery_worker')")
         self.start(name="granted", env={"JOBCAP_TEST_CONNINFO": as_role})

@@ -382,7 +382,7 @@ class MigrationTest(unittest.TestCase):
                       '"jobcap")', out.stderr)
         self.assertIn("    CREATE EXTENSION jobcap;\n    GRANT jobcap_worker TO app2;",
                       out.stderr)
-        self.assertIn("SELECT jobcap.grant_queue('django_q_test', 'app2');", out.stderr)
+        self.assertIn("SELECT jobcap.grant_queue('django_q_test', 'app2', create_missing => true);", out.stderr)
         self.assertNotIn("Traceback", out.stderr)
         self.assertEqual(sql("SELECT count(*) FROM pg_extension WHERE extname = 'jobcap'",
                              dbname="app2"), [(0,)])

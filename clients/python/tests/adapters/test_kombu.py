@@ -263,10 +263,12 @@ class RoleTest(unittest.TestCase):
         # declaring it (a consumer, a SimpleQueue) and publishing to it without a declaration
         with self.assertRaises(jobcap.contrib.kombu.AccessDenied) as caught:
             conn.SimpleQueue("owned")
-        self.assertIn("jobcap.grant_queue('owned', 'app_worker')", str(caught.exception))
+        self.assertIn("jobcap.grant_queue('owned', 'app_worker', create_missing => true)",
+                      str(caught.exception))
         with self.assertRaises(jobcap.contrib.kombu.AccessDenied) as caught:
             conn.Producer().publish({"n": 1}, routing_key="owned")
-        self.assertIn("jobcap.grant_queue('owned', 'app_worker')", str(caught.exception))
+        self.assertIn("jobcap.grant_queue('owned', 'app_worker', create_missing => true)",
+                      str(caught.exception))
         self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = 'owned'"), before)
 
     def test_a_role_without_jobcap_worker(self):

@@ -13,8 +13,8 @@ A DBA runs, in that database (psql -d {db}):
 
     CREATE EXTENSION jobcap;
     GRANT jobcap_worker TO {role};                     -- enqueue, and run a Django-Q cluster
-    SELECT jobcap.create_queue('{queue}');             -- Django-Q's queue (Q_CLUSTER name)
-    SELECT jobcap.grant_queue('{queue}', '{role}');
+    -- Django-Q's queue (Q_CLUSTER name), created unless it exists, and granted:
+    SELECT jobcap.grant_queue('{queue}', '{role}', create_missing => true);
     GRANT jobcap_operator TO {role};                   -- only for the admin's jobcap page
 
 then runs migrate again."""
