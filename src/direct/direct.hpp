@@ -36,8 +36,9 @@ namespace jobcap::direct {
 // relcache entry of one of them is invalidated.
 // What the call needs besides updating jobs: insert (enqueue_job, enqueue_jobs) needs every
 // column the SQL path's INSERT leaves to its default to have a constant one; fail (fail_job,
-// crash_job) writes and prunes jobcap.job_errors too, which must be as plain.
-enum class Need { update, insert, fail };
+// crash_job) writes and prunes jobcap.job_errors too, which must be as plain; claim, insert and
+// fail read the queue's row (update: complete, heartbeat, assert_fence do not).
+enum class Need { update, claim, insert, fail };
 bool usable(const char* function, Need need = Need::update);
 
 // The fenced calls, with their arguments as spi/calls.hpp reads them. Each returns false when

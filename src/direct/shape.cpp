@@ -40,11 +40,16 @@ const Oid kErrorColumnTypes[kErrorColumns] = {INT8OID, INT8OID, TEXTOID, INT4OID
 
 bool callback_registered = false;
 
-// The relcache callback: a change to one of the tables or jobs' indexes forgets the shape.
+// The relcache callback: a change to one of the tables or to an index the shape names (REINDEX
+// CONCURRENTLY swaps an index for a new one of the same name and drops the old one; the
+// invalidations it sends name the indexes) or to jobs' indexes forgets the shape.
 void forget_shape(Datum, Oid relid)
 {
     bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
-                relid == shape.grants || relid == shape.errors || indexes_include(relid);
+                relid == shape.grants || relid == shape.errors || relid == shape.jobs_pkey ||
+                relid == shape.jobs_claim || relid == shape.queues_pkey ||
+                relid == shape.grants_pkey || relid == shape.errors_by_job ||
+                indexes_include(relid);
     if (ours) {
         shape.known = false;
         forget_indexes();
@@ -258,11 +263,15 @@ bool usable(const char* function, Need need)
             CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);
             callback_registered = true;
         }
-        // The shape is trusted only under the table's lock, taken as UPDATE takes it: locking
-        // accepts the invalidations of every change committed before it (a trigger created
-        // since this transaction began), and no change to the table commits before this
-        // transaction ends. An invalidation arriving while the shape is learned (opening a table
-        // accepts them too) means what was learned may be stale: learn again.
+        // The shape is trusted only under the locks of every table the call reads, taken as the
+        // statement takes them (jobs first, as UPDATE; the others as its scans): locking accepts
+        // the invalidations of every change committed before it (a trigger created since this
+        // transaction began, an index REINDEX CONCURRENTLY swapped), and no change to a table
+        // that would make what is remembered of it wrong commits before this transaction ends
+        // (REINDEX CONCURRENTLY and DROP INDEX CONCURRENTLY wait for every transaction holding a
+        // lock on the table before they drop an index). An invalidation arriving while the
+        // shape is learned (opening a table accepts them too) means what was learned may be
+        // stale: learn again.
         for (int tries = 0; tries < 3; ++tries) {
             if (!shape.known) {
                 uint64 seen = invalidations;
@@ -278,6 +287,13 @@ bool usable(const char* function, Need need)
             LockRelationOid(shape.jobs, RowExclusiveLock);
             if (need == Need::fail && shape.known && OidIsValid(shape.errors))
                 LockRelationOid(shape.errors, RowExclusiveLock);  // its shape likewise
+            // Read through their primary keys: a claim, an enqueue and a failure read the queue's
+            // row; every call but a privileged caller's reads the grants (every statement names
+            // jobcap.queue_grants, so the SQL path locks it for every call too).
+            if (need != Need::update && shape.known)
+                LockRelationOid(shape.queues, AccessShareLock);
+            if (shape.known)
+                LockRelationOid(shape.grants, AccessShareLock);
             if (shape.known)
                 break;
         }
