@@ -83,6 +83,21 @@ inline bool jobcap_has_generated_virtual([[maybe_unused]] const TupleConstr* con
 #endif
 }
 
+// PostgreSQL 18 has NOT NULL constraints added NOT VALID: rows may hold NULL in a column whose
+// attnotnull is set, and the executor refuses every new version that keeps the NULL (23502).
+inline bool jobcap_has_unvalidated_not_null([[maybe_unused]] TupleDesc desc)
+{
+#if PG_VERSION_NUM >= 180000
+    for (int i = 0; i < desc->natts; ++i) {
+        Form_pg_attribute a = TupleDescAttr(desc, i);
+        if (a->attnotnull && !a->attisdropped &&
+            TupleDescCompactAttr(desc, i)->attnullability != ATTNULLABLE_VALID)
+            return true;
+    }
+#endif
+    return false;
+}
+
 // PostgreSQL 18 gave index_beginscan an instrumentation argument (NULL: none).
 inline IndexScanDesc jobcap_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
                                             int nkeys, int norderbys)

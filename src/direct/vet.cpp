@@ -146,7 +146,9 @@ bool executor_needed(Relation rel, const AttrNumber* job)
            (constr != nullptr && (constr->num_check > 0 || constr->has_generated_stored ||
                                   jobcap_has_generated_virtual(constr))) ||
            TupleDescAttr(desc, job[kLeaseExpiresAt] - 1)->attnotnull ||
-           TupleDescAttr(desc, job[kOutput] - 1)->attnotnull;
+           TupleDescAttr(desc, job[kOutput] - 1)->attnotnull ||
+           TupleDescAttr(desc, job[kFinishedAt] - 1)->attnotnull ||
+           jobcap_has_unvalidated_not_null(desc);
 }
 
 bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys, AttrNumber column, Oid value,

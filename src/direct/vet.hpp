@@ -18,7 +18,10 @@ AttrNumber column(TupleDesc desc, const char* name, Oid type);
 // Whether the executor would do more for an UPDATE of rel than the direct path does: fire
 // triggers, apply row security or rules, check constraints (a partition's too), compute
 // generated columns; or whether rel is not a heap. The direct path writes NULL only into
-// lease_expires_at and output: NOT NULL there would be a check.
+// lease_expires_at, output and finished_at (a failure that retries): NOT NULL on any of them
+// would be a check the executor makes, as would a NOT NULL not validated (PostgreSQL 18's NOT
+// VALID) on any column, whose NULLs every new version copies. Columns the direct path sets are
+// never NULL otherwise (the worker's name and lease are checked arguments).
 bool executor_needed(Relation rel, const AttrNumber* job);
 
 // Whether index idx is on table rel with exactly these leading key columns, and no predicate
