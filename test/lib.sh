@@ -22,13 +22,17 @@ jobcap_major() {
 
 # Debian packages the tests need. Installed when missing and we are root; otherwise named.
 # "jobcap_deps pgxs" asks only for what building and the PGXS suites (regress, isolation, TAP)
-# need, as in the version matrix's Debian roots (test/versions).
+# need, as in the version matrix's Debian roots (test/versions); "jobcap_deps chaos" for those
+# and the chaos harness (Debian's psycopg, Node.js), which the roots also run.
 jobcap_deps() {
     local major
     major=$(jobcap_major)
     local want=(postgresql-"$major" postgresql-server-dev-"$major" libipc-run-perl g++ make)
     local missing=()
-    if [ "${1:-}" != pgxs ]; then
+    if [ "${1:-}" = chaos ]; then
+        want+=(python3-psycopg)
+        command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
+    elif [ "${1:-}" != pgxs ]; then
         want+=(cmake libgtest-dev python3-psycopg clang-format python3-venv python3-pip
                python3-setuptools python3-wheel python3-celery python3-kombu python3-django
                python3-django-q python3-psycopg2 python3-pytest python3-pytest-django chromium
