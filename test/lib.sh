@@ -36,7 +36,7 @@ jobcap_deps() {
         want+=(cmake libgtest-dev python3-psycopg clang-format python3-venv python3-pip
                python3-setuptools python3-wheel python3-celery python3-kombu python3-django
                python3-django-q python3-psycopg2 python3-pytest python3-pytest-django chromium
-               chromium-driver python3-selenium redis-server python3-redis python3-croniter)
+               chromium-driver python3-selenium redis-server python3-redis python3-croniter pgbouncer)
         # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
         command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     fi

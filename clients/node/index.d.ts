@@ -67,6 +67,9 @@ export interface WorkerOptions<P = any> {
   /** In-process: a watchdog thread kills the process when a handler blocks the event loop. */
   exitOnHang?: boolean;
   logger?: Logger;
+  /** LISTEN for wake-ups. Default: yes, unless the connection goes through a pooler
+   * (PgBouncer), where the worker polls; true under session pooling. */
+  listen?: boolean;
 }
 
 export declare class Worker<P = any> extends EventEmitter {
@@ -100,6 +103,10 @@ export declare class JobTimeoutError extends JobcapError {}
 /** A handler's process died without settling its job; recorded with jobcap.crash_job. */
 export declare class HandlerCrashedError extends JobcapError {}
 /** An error an isolated handler threw, as text. */
+/** The pooler in front of the server pools in a mode the worker cannot work in (PgBouncer's
+ * statement pooling): run() rejects with it. */
+export declare class PoolModeError extends JobcapError {}
+export declare const STATEMENT_POOLING: string;
 export declare class HandlerError extends JobcapError {
   readonly errorName?: string;
 }

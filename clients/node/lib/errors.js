@@ -40,6 +40,13 @@ class HandlerError extends JobcapError {
   }
 }
 
+/** The pooler in front of the server pools in a mode the worker cannot work in (PgBouncer's
+ * statement pooling refuses transactions): not a connection error, retrying cannot help. */
+class PoolModeError extends JobcapError {}
+
+/** What PgBouncer answers a transaction with, in statement pooling. */
+const STATEMENT_POOLING = 'transaction blocks not allowed in statement pooling mode';
+
 function isStale(err) {
   return err instanceof StaleFenceError || (err != null && err.code === STALE_FENCE);
 }
@@ -52,7 +59,7 @@ function translate(err, operation, jobId, fence) {
 
 /** Errors that mean the connection is gone (not that the statement failed). */
 function isConnectionError(err) {
-  if (err == null) return false;
+  if (err == null || err instanceof PoolModeError) return false;
   const code = err.code;
   if (code === undefined) return /connection|terminated|closed|not queryable/i.test(err.message);
   return /^(08|57P)/.test(code) ||
@@ -61,6 +68,6 @@ function isConnectionError(err) {
 
 module.exports = {
   STALE_FENCE, JobcapError, StaleFenceError, JobTimeoutError, HandlerCrashedError, HandlerError,
-  isStale, translate,
+  PoolModeError, STATEMENT_POOLING, isStale, translate,
   isConnectionError,
 };

@@ -40,7 +40,7 @@ const pg = require('pg');
 const sql = require('./sql');
 const { Watchdog } = require('./watchdog');
 const { JobTimeoutError, HandlerCrashedError, HandlerError, StaleFenceError, isStale, translate,
-  isConnectionError } = require('./errors');
+  isConnectionError, PoolModeError, STATEMENT_POOLING } = require('./errors');
 
 const COLUMNS = 'job_id, fence, attempt, max_attempts, payload, lease_expires_at';
 const CLAIM = `SELECT ${COLUMNS} FROM jobcap.claim_job($1, $2, $3, $4)`;
@@ -123,7 +123,7 @@ const quietLogger = { info() {}, warn: (...a) => console.warn(...a), error: (...
  * 'released'. */
 class Worker extends EventEmitter {
   constructor({ connection, queue, handler, name, concurrency = 1, prefetch = 0, lease = 60000,
-    timeout, pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger }) {
+    timeout, pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger, listen }) {
     super();
     if (typeof handler !== 'function' && typeof handler !== 'string') {
       throw new TypeError('handler must be a module path (isolated) or a function (in-process)');
@@ -153,6 +153,10 @@ class Worker extends EventEmitter {
     this.pollMax = pollMax;
     this.exitOnHang = exitOnHang;
     this.logger = logger;
+    // LISTEN for wake-ups: undefined, unless the control connection goes through a pooler
+    // (see _ensureControl), where a transaction pooler would drop the notifications.
+    this.listen = listen;
+    this._pooled = false;
 
     this._control = null;
     this._controlBroken = false;
@@ -358,16 +362,40 @@ class Worker extends EventEmitter {
     client.on('notification', (note) => {
       if (note.channel === 'jobcap' && note.payload === this.queue) this._wake();
     });
+    let listening = false;
     try {
       await client.connect();
-      await client.query('LISTEN jobcap');
+      // A pooler that multiplexes server connections (PgBouncer, in any pool mode) hands each
+      // client a cancel key of its own: the process it names is not the server's backend.
+      // Through one, consecutive transactions may run on different server connections: a
+      // notification would reach a server connection the pooler holds for no client (it drops
+      // it), so the loop polls; and pg_cancel_backend of client.processID would name no backend.
+      const { rows } = await client.query('SELECT pg_catalog.pg_backend_pid() AS pid');
+      this._pooled = rows[0].pid !== client.processID;
+      if (this._pooled) {
+        try {
+          await client.query('BEGIN');
+          await client.query('COMMIT');
+        } catch (err) {
+          if (!String(err && err.message).includes(STATEMENT_POOLING)) throw err;
+          throw new PoolModeError('jobcap: a jobcap worker needs transactions, and the pooler in ' +
+            'front of the server (PgBouncer in pool_mode = statement) refuses them: use ' +
+            'pool_mode = transaction (or session) for this database', { cause: err });
+        }
+      }
+      listening = this.listen === undefined ? !this._pooled : Boolean(this.listen);
+      if (listening) await client.query('LISTEN jobcap');
     } catch (err) {
       client.end().catch(() => {});
       throw err;
     }
     this._control = client;
     this._controlBroken = false;
-    this.logger.info(`worker ${this.name}: connected, listening for queue ${this.queue}`);
+    if (listening) this.logger.info(`worker ${this.name}: connected, listening for queue ${this.queue}`);
+    else {
+      this.logger.info(`worker ${this.name}: connected through a pooler, polling queue ${this.queue} ` +
+        `(every ${this.pollMin} to ${this.pollMax} ms; listen: true to LISTEN under session pooling)`);
+    }
   }
 
   /** Runs fn(client) on the control connection, after whatever runs there now. */
@@ -774,7 +802,7 @@ class Worker extends EventEmitter {
 
   /** Cancels whatever the job's connection is running, so nothing of it lingers server-side. */
   async _cancel(client) {
-    if (!client.processID) return;
+    if (!client.processID || this._pooled) return;
     try {
       await this._onControl((control) =>
         control.query('SELECT pg_cancel_backend($1)', [client.processID]));

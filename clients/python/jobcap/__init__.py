@@ -7,6 +7,7 @@
 from ._version import __version__
 from .errors import (STALE_FENCE, HandlerCrashed, JobcapError, JobTimeout, StaleFence, is_stale,
                      translate)
+from .pooling import PoolModeError
 from .sql import (JobResult, assert_fence, complete, complete_and_claim, complete_jobs, crash,
                   create_queue, enqueue, fail, heartbeat, job_result, pause_queue, release,
                   resume_queue, schedule_job, set_max_running, unschedule_job)
@@ -18,4 +19,5 @@ __all__ = [
     "crash", "create_queue", "enqueue", "fail", "heartbeat", "job_result", "JobResult", "release",
     "pause_queue", "resume_queue", "schedule_job", "set_max_running", "unschedule_job",
     "HANG_EXIT_STATUS", "Job", "Worker", "__version__",
+    "PoolModeError",
 ]

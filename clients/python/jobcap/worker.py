@@ -56,7 +56,7 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 
 import psycopg
 
-from . import sql
+from . import pooling, sql
 from .errors import HandlerCrashed, JobTimeout, StaleFence, as_stale, is_stale, translate
 
 log = logging.getLogger("jobcap")
@@ -173,7 +173,8 @@ class Worker:
                  lease: float = 60.0, timeout: Optional[float] = None, poll_min: float = 0.05,
                  poll_max: float = 5.0, on_settled: Optional[Settled] = None,
                  exit_on_hang: bool = True, isolate: bool = True, concurrency: int = 1,
-                 prefetch: Optional[int] = None, settle_window: float = 0.05):
+                 prefetch: Optional[int] = None, settle_window: float = 0.05,
+                 listen: Optional[bool] = None):
         if batch is not None and batch < 1:
             raise ValueError("batch must be at least 1")
         if concurrency < 1:
@@ -217,6 +218,9 @@ class Worker:
         self.on_settled = on_settled
         self.exit_on_hang = exit_on_hang
         self.settle_window = settle_window
+        # LISTEN for wake-ups: None, unless the connection goes through a pooler (pooling.py),
+        # where a transaction pooler would drop the notifications: the loop polls then.
+        self.listen = listen
 
         self._conn: Optional[psycopg.Connection] = None
         self._side: Optional[psycopg.Connection] = None
@@ -325,12 +329,19 @@ class Worker:
 
     def _connect(self) -> None:
         app = f"jobcap worker {self.name}"[:63]
-        self._conn = psycopg.connect(self.conninfo, autocommit=False, application_name=app)
-        self._conn.add_notify_handler(self._on_notify)
-        self._conn.execute("LISTEN jobcap")
-        self._conn.commit()
+        # Through a pooler in statement pooling this raises PoolModeError: not retried.
+        self._conn = pooling.connect(self.conninfo, transactions=True, autocommit=False,
+                                     application_name=app)
         self._woken = False
-        log.info("worker %s: connected, listening for queue %s", self.name, self.queue)
+        if self.listen or (self.listen is None and not self._conn.pooled):
+            self._conn.add_notify_handler(self._on_notify)
+            self._conn.execute("LISTEN jobcap")
+            self._conn.commit()
+            log.info("worker %s: connected, listening for queue %s", self.name, self.queue)
+        else:
+            log.info("worker %s: connected through a pooler, polling queue %s (every %gs to "
+                     "%gs; listen=True to LISTEN under session pooling)", self.name, self.queue,
+                     self.poll_min, self.poll_max)
 
     def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
@@ -752,7 +763,7 @@ class Worker:
                 fresh = self._side is None or self._side.closed
                 try:
                     if fresh:
-                        self._side = psycopg.connect(
+                        self._side = pooling.connect(
                             self.conninfo, autocommit=True,
                             application_name=f"jobcap side {self.name}"[:63])
                     sent = time.monotonic()
@@ -1011,7 +1022,7 @@ class Worker:
 
     def _connect_job(self) -> None:
         app = f"jobcap job {self.name}"[:63]
-        self._conn = psycopg.connect(self.conninfo, autocommit=False, application_name=app)
+        self._conn = pooling.connect(self.conninfo, autocommit=False, application_name=app)
 
     def _close_job_connection(self) -> None:
         conn, self._conn = self._conn, None

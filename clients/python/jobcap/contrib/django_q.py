@@ -63,6 +63,7 @@ from django.db import connections
 from django_q.brokers import Broker as BaseBroker
 from django_q.conf import Conf
 
+from .. import pooling
 from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.django_q")
@@ -76,6 +77,8 @@ _OWN_PID = 0
 _INHERITED: List[psycopg.Connection] = []
 # (conninfo, queue) of the queues this process made sure of (Django-Q makes a broker per call).
 _ENSURED = set()
+# The conninfos whose pool mode this process checked (Broker._refuse_statement_pooling).
+_PROBED = set()
 
 QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
 # Whether the role may create queues (create_queue is an operator's function): asked first, so
@@ -138,7 +141,7 @@ def _own(conninfo: str) -> psycopg.Connection:
         _OWN_PID = os.getpid()
     conn = _OWN.get(conninfo)
     if conn is None or conn.closed:
-        conn = _OWN[conninfo] = psycopg.connect(conninfo, autocommit=True,
+        conn = _OWN[conninfo] = pooling.connect(conninfo, autocommit=True,
                                                 application_name="jobcap django-q")
     return conn
 
@@ -166,6 +169,31 @@ class Broker(BaseBroker):
         check_settings()
         self.alias = options().get("database", "default")
         super().__init__(list_key=list_key)
+        self._refuse_statement_pooling()
+
+    def _refuse_statement_pooling(self) -> None:
+        """Raises PoolModeError when Django's database goes through a pooler that refuses
+        transactions (PgBouncer's statement pooling): Django-Q's cluster saves each task's
+        result in one (update_or_create), which the pooler answers by closing the connection.
+        Here, in the cluster's first process, the refusal stops ``qcluster`` at start; a
+        process's first Broker connects (and probes) once. Other connection errors are left to
+        the broker's first statement, as before."""
+        conninfo = conninfo_of(self.alias)
+        if conninfo in _PROBED and _OWN_PID == os.getpid():
+            return
+        try:
+            conn = _own(conninfo)
+            if conn.pooled:
+                with conn.transaction():
+                    conn.execute("SELECT 1")
+        except psycopg.OperationalError as error:
+            stale = _OWN.pop(conninfo, None)
+            if stale is not None:
+                stale.close()
+            pooling.refuse_statement_pooling(
+                error, "Django-Q's cluster (it saves each task's result in a transaction)")
+            return
+        _PROBED.add(conninfo)
 
     def __getstate__(self):
         return self.list_key, self._info, self.alias

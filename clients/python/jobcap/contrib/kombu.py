@@ -75,6 +75,7 @@ from kombu import serialization as kombu_serialization
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps as kombu_dumps, loads as kombu_loads
 
+from .. import pooling
 from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.kombu")
@@ -162,7 +163,7 @@ class _Heartbeats:
     def _conn(self, conninfo: str) -> psycopg.Connection:
         conn = self.conns.get(conninfo)
         if conn is None or conn.closed:
-            conn = psycopg.connect(conninfo, autocommit=True,
+            conn = pooling.connect(conninfo, autocommit=True,
                                    application_name="jobcap kombu heartbeat")
             self.conns[conninfo] = conn
         return conn
@@ -236,7 +237,7 @@ def _settle(conninfo: str, query: str, params: tuple):
         with _settle_lock:
             conn = _settle_conns.get(key)
             if conn is None or conn.closed:
-                conn = psycopg.connect(conninfo, autocommit=True,
+                conn = pooling.connect(conninfo, autocommit=True,
                                        application_name="jobcap kombu settle")
                 _settle_conns[key] = conn
             try:
@@ -338,7 +339,7 @@ class Channel(virtual.Channel):
             _INHERITED.append(self._conn)    # the parent's: never used nor closed here
             self._conn = None
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._conninfo, autocommit=True,
+            self._conn = pooling.connect(self._conninfo, autocommit=True,
                                          application_name=f"jobcap kombu {self._worker}"[:63])
             self._conn_pid = os.getpid()
         return self._conn
@@ -1075,11 +1076,19 @@ class Transport(virtual.Transport):
         loop.add_reader(self._wake_r, self._on_wake)
         self._timer = loop.call_repeatedly(self.polling_interval, self._poll_once)
         # A queue created with notify sends a NOTIFY jobcap (payload: the queue) per enqueueing
-        # transaction: with it a new message is claimed at once, not at the next poll.
-        self._listen = psycopg.connect(self.conninfo, autocommit=True,
-                                       application_name="jobcap kombu listen")
-        self._listen.execute("LISTEN jobcap")
-        loop.add_reader(self._listen.fileno(), self._on_notify)
+        # transaction: with it a new message is claimed at once, not at the next poll. Through
+        # a pooler (jobcap/pooling.py) the notifications would reach a server connection the
+        # pooler holds for no client: the timer's polls are the wake-ups there.
+        listen = pooling.connect(self.conninfo, autocommit=True,
+                                 application_name="jobcap kombu listen")
+        if listen.pooled:
+            listen.close()
+            log.info("jobcap: connected through a pooler: no LISTEN, polling every %gs",
+                     self.polling_interval)
+        else:
+            self._listen = listen
+            self._listen.execute("LISTEN jobcap")
+            loop.add_reader(self._listen.fileno(), self._on_notify)
         self.wake()
 
     def _on_notify(self) -> None:
