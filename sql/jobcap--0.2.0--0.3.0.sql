@@ -78,3 +78,180 @@ BEGIN
     END IF;
 END
 $acl$;
+
+-- Citus (issue 35). jobcap.distribute() spreads jobcap over a Citus cluster (docs/scaling.md):
+-- jobs and their history distributed by queue and colocated, with the statistics tables;
+-- queues, grants and schedules reference tables; the hot-path functions delegated by Citus to
+-- the node that holds their shard. Nothing changes until it is called: a single server keeps
+-- the tables, keys and sequences of a fresh install (the primary keys that Citus needs, which
+-- hold the distribution column, are wider and cost every insert: distribute() makes them).
+
+-- A claim's or requeue's new fence on a Citus node: a value of jobcap.fences made into a fence
+-- whose hash (Citus's, of its text) falls in the shard's range [lo, hi], so that Citus delegates
+-- the job's settles, which it routes by fence, to the job's shard (src/spi/citus_shards.cpp puts
+-- the call in the statements; src/functions/distribute.cpp). No SET clause: it looks nothing up
+-- by name, and it runs once per claimed job.
+CREATE FUNCTION jobcap.shard_fence(lo integer, hi integer)
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'jobcap_shard_fence';
+COMMENT ON FUNCTION jobcap.shard_fence(integer, integer) IS
+    'On a Citus node: a new fence whose hash as text is in [lo, hi] (the claims and requeues of jobcap''s statements on a shard call it).';
+
+-- One node's part of distribute(): run on every node (the coordinator runs it on the workers).
+-- Before the tables are distributed: the primary keys of jobs and job_errors take the
+-- distribution column (Citus refuses a unique key without it), and the foreign keys to queues
+-- go (re-made between reference tables once they are). On every node, also one added later: the
+-- node's sequences start in a range of their own, so ids, history rows and fences are unique
+-- across the cluster (extension sequences get no node ranges from Citus): node group g makes
+-- job ids and history numbers from (g + 1) * 2^48 and fences from 256 * (g + 16) * 2^48, above
+-- everything a single server made before. setval only: Citus refuses ALTER SEQUENCE on them.
+CREATE FUNCTION jobcap.distribute_node()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jobcap, pg_temp
+AS $$
+DECLARE
+    g pg_catalog.int8 := (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l);
+    ids pg_catalog.int8;
+    fences pg_catalog.int8;
+BEGIN
+    IF g OPERATOR(pg_catalog.>) 110 THEN
+        RAISE EXCEPTION 'jobcap on Citus supports node groups up to 110, not %', g
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.jobs'::pg_catalog.regclass) THEN
+        IF (SELECT i.indnatts FROM pg_catalog.pg_index i
+             WHERE i.indexrelid OPERATOR(pg_catalog.=) 'jobcap.jobs_pkey'::pg_catalog.regclass) OPERATOR(pg_catalog.=) 1 THEN
+            ALTER TABLE jobcap.jobs DROP CONSTRAINT jobs_pkey,
+                ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id, queue);
+        END IF;
+        IF (SELECT i.indnatts FROM pg_catalog.pg_index i
+             WHERE i.indexrelid OPERATOR(pg_catalog.=) 'jobcap.job_errors_pkey'::pg_catalog.regclass) OPERATOR(pg_catalog.=) 1 THEN
+            ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_pkey,
+                ADD CONSTRAINT job_errors_pkey PRIMARY KEY (seq, queue);
+        END IF;
+        ALTER TABLE jobcap.queue_grants DROP CONSTRAINT IF EXISTS queue_grants_queue_fkey;
+        ALTER TABLE jobcap.job_schedules DROP CONSTRAINT IF EXISTS job_schedules_queue_fkey;
+    END IF;
+    ids := (g OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) 281474976710656;
+    fences := (g OPERATOR(pg_catalog.+) 16) OPERATOR(pg_catalog.*) 281474976710656;
+    PERFORM pg_catalog.setval('jobcap.jobs_job_id_seq', ids, false)
+       FROM jobcap.jobs_job_id_seq s
+      WHERE s.last_value OPERATOR(pg_catalog.<) ids;
+    PERFORM pg_catalog.setval('jobcap.job_errors_seq_seq', ids, false)
+       FROM jobcap.job_errors_seq_seq s
+      WHERE s.last_value OPERATOR(pg_catalog.<) ids;
+    PERFORM pg_catalog.setval('jobcap.fences', fences, false)
+       FROM jobcap.fences s
+      WHERE s.last_value OPERATOR(pg_catalog.<) fences;
+END
+$$;
+COMMENT ON FUNCTION jobcap.distribute_node() IS
+    'One node''s part of jobcap.distribute() (keys before distribution; the node''s ranges of ids and fences).';
+
+-- The functions Citus delegates to the node that holds their shard, by the argument that names
+-- it: a queue, or a fence (whose hash falls in its job's shard). force_delegation: also inside a
+-- transaction block, where the call joins the distributed transaction. The C side routes the
+-- same functions by the same arguments (kRules in src/spi/citus.cpp).
+CREATE FUNCTION jobcap.distribute(shard_count integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jobcap, pg_temp
+AS $$
+DECLARE
+    f record;
+    failed pg_catalog.text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'extension "citus" is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'jobcap.distribute() spreads jobcap over a Citus cluster: CREATE EXTENSION citus and add the worker nodes first (docs/scaling.md).';
+    END IF;
+    IF (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'jobcap.distribute() runs on the coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF shard_count IS NOT NULL AND shard_count OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'shard_count must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.jobs'::pg_catalog.regclass)
+       AND EXISTS (SELECT FROM jobcap.jobs j WHERE j.state OPERATOR(pg_catalog.=) 'running') THEN
+        RAISE EXCEPTION 'cannot distribute jobcap while jobs are running'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'A running job''s fence was not made to route: its settles would not reach its shard.',
+                  HINT = 'Pause the queues (jobcap.pause_queue) and let the running jobs settle, then call it again.';
+    END IF;
+
+    -- Foreign keys to a reference table made in the transaction that distributed tables: Citus
+    -- then needs one connection per node.
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    -- Every node's part, the workers' first (each in a transaction of its own: calling this
+    -- again finishes what a failure left).
+    SELECT pg_catalog.string_agg(r.result, '; ') INTO failed
+      FROM pg_catalog.run_command_on_workers('SELECT jobcap.distribute_node()') r
+     WHERE NOT r.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare every node for jobcap: %', failed
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Install jobcap on every node (CREATE EXTENSION jobcap, at the coordinator''s version), then call jobcap.distribute() again.';
+    END IF;
+    PERFORM jobcap.distribute_node();
+
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.jobs'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('jobcap.jobs', 'queue', shard_count => shard_count);
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.job_errors'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('jobcap.job_errors', 'queue', colocate_with => 'jobcap.jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.stats_minutes'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('jobcap.stats_minutes', 'queue', colocate_with => 'jobcap.jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.stats_latency'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('jobcap.stats_latency', 'queue', colocate_with => 'jobcap.jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'jobcap.queues'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_reference_table('jobcap.queues');
+        PERFORM pg_catalog.create_reference_table('jobcap.queue_grants');
+        PERFORM pg_catalog.create_reference_table('jobcap.job_schedules');
+        ALTER TABLE jobcap.queue_grants ADD CONSTRAINT queue_grants_queue_fkey
+            FOREIGN KEY (queue) REFERENCES jobcap.queues ON DELETE CASCADE ON UPDATE CASCADE;
+        ALTER TABLE jobcap.job_schedules ADD CONSTRAINT job_schedules_queue_fkey
+            FOREIGN KEY (queue) REFERENCES jobcap.queues ON DELETE CASCADE ON UPDATE CASCADE;
+    END IF;
+
+    -- The rows copied into shards stay on the coordinator's disk, invisible, until truncated.
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table(t::pg_catalog.regclass)
+       FROM pg_catalog.unnest(ARRAY['jobcap.jobs', 'jobcap.job_errors', 'jobcap.stats_minutes',
+                                    'jobcap.stats_latency', 'jobcap.queues', 'jobcap.queue_grants',
+                                    'jobcap.job_schedules']) t;
+
+    FOR f IN
+        SELECT p.oid::pg_catalog.regprocedure AS fn, r.arg
+          FROM (VALUES ('claim_job', 'queue'), ('complete_and_claim', 'queue'),
+                       ('enqueue_job', 'queue'), ('enqueue_jobs', 'queue'),
+                       ('queue_depth', 'queue'), ('complete_job', 'fence'),
+                       ('fail_job', 'fence'), ('heartbeat', 'fence'), ('assert_fence', 'fence'),
+                       ('release_job', 'fence'), ('crash_job', 'fence'),
+                       ('give_up_job', 'fence')) r(name, arg)
+          JOIN pg_catalog.pg_proc p ON p.proname OPERATOR(pg_catalog.=) r.name
+                                   AND p.pronamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace
+    LOOP
+        PERFORM pg_catalog.create_distributed_function(f.fn, f.arg, colocate_with => 'jobcap.jobs',
+                                                       force_delegation => true);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION jobcap.distribute(integer) IS
+    'Spreads jobcap over the Citus cluster (run on the coordinator; again after adding nodes): docs/scaling.md.';
+
+REVOKE ALL ON FUNCTION jobcap.shard_fence(integer, integer), jobcap.distribute_node(),
+    jobcap.distribute(integer) FROM PUBLIC;

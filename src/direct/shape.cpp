@@ -6,6 +6,7 @@
 #include "direct/rows.hpp"
 #include "direct/vet.hpp"
 #include "jobcap.hpp"
+#include "spi/citus.hpp"
 
 namespace jobcap::direct {
 
@@ -258,6 +259,9 @@ bool usable(const char* function, Need need)
         why = "the transaction is REPEATABLE READ or SERIALIZABLE";
     } else if (XactReadOnly || RecoveryInProgress()) {
         why = "the transaction is read-only";  // the SQL path raises what UPDATE raises
+    } else if (citus::loaded() && citus::distributed()) {
+        // Its rows are in shards, and jobcap.jobs on this node is an empty shell.
+        why = "jobcap.jobs is distributed with Citus";
     } else {
         if (!callback_registered) {
             CacheRegisterRelcacheCallback(forget_shape, (Datum) 0);

@@ -1,5 +1,7 @@
 #include "spi/plans.hpp"
 
+#include "spi/citus.hpp"
+
 namespace jobcap {
 
 Statement* Statement::all = nullptr;
@@ -30,23 +32,29 @@ Params& Params::add(Datum value, bool is_null)
     return *this;
 }
 
+SPIPlanPtr prepare_kept(const Statement& s, const char* sql)
+{
+    if (s.nargs > kMaxStatementArgs)
+        elog(ERROR, "jobcap: statement %s has more than %d parameters", s.name, kMaxStatementArgs);
+    int options = s.kind == PlanKind::custom ? 0 : CURSOR_OPT_GENERIC_PLAN;
+    SPIPlanPtr plan = SPI_prepare_cursor(sql, s.nargs, const_cast<Oid*>(s.argtypes), options);
+    if (plan == nullptr)
+        elog(ERROR, "jobcap: could not prepare statement %s: %s", s.name,
+             SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0)
+        elog(ERROR, "jobcap: could not keep a prepared statement");
+    return plan;
+}
+
 namespace {
 
+// The plan of s: on a Citus node, inside a call routed to a shard, the plan of s on that shard.
 SPIPlanPtr prepared(Statement& s)
 {
-    if (s.plan == nullptr) {
-        if (s.nargs > kMaxStatementArgs)
-            elog(ERROR, "jobcap: statement %s has more than %d parameters", s.name,
-                 kMaxStatementArgs);
-        int options = s.kind == PlanKind::custom ? 0 : CURSOR_OPT_GENERIC_PLAN;
-        SPIPlanPtr plan = SPI_prepare_cursor(s.sql, s.nargs, s.argtypes, options);
-        if (plan == nullptr)
-            elog(ERROR, "jobcap: could not prepare statement %s: %s", s.name,
-                 SPI_result_code_string(SPI_result));
-        if (SPI_keepplan(plan) != 0)
-            elog(ERROR, "jobcap: could not keep a prepared statement");
-        s.plan = plan;
-    }
+    if (unlikely(citus::routed != nullptr))
+        return citus::plan_on_shard(s);
+    if (s.plan == nullptr)
+        s.plan = prepare_kept(s, s.sql);
     return s.plan;
 }
 

@@ -63,6 +63,10 @@ struct Params {
     Params& add_caller(const Access& access);
 };
 
+// Prepares sql as statement s (its parameters and kind) and keeps the plan; s.sql itself, or
+// s retargeted to a Citus shard (citus.hpp).
+SPIPlanPtr prepare_kept(const Statement& s, const char* sql);
+
 // Executes s inside an open SPI connection with the arguments p and checks that SPI answered
 // `expected`. Returns the row count.
 uint64 execute(Statement& s, const Params& p, int expected);
