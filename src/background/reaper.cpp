@@ -31,6 +31,7 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "background/shards.hpp"
 #include "background/steps.hpp"
 #include "background/vacuum.hpp"
 #include "background/worker.hpp"
@@ -42,6 +43,7 @@ extern "C" {
 #include "housekeeping/stats.hpp"
 #include "jobcap.hpp"
 #include "spi/history.hpp"
+#include "spi/citus.hpp"
 #include "spi/plans.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
@@ -116,9 +118,14 @@ struct Worker {
 };
 Worker w;
 
-uint64 reap_step(int32 batch)
+uint64 reap_on_tables(int32 batch)
 {
     return reap(batch);
+}
+
+uint64 reap_step(int32 batch)
+{
+    return on_local_shards(reap_on_tables, batch);
 }
 
 // Enqueues due slots of periodic jobs (housekeeping/schedules.hpp); a batch counts the schedules
@@ -139,14 +146,24 @@ uint64 prune_step(Statement& statement, int retention_s, int32 batch)
     return (uint64) DatumGetInt64(result_column(0, 1));
 }
 
-uint64 prune_succeeded_step(int32 batch)
+uint64 prune_succeeded_on_tables(int32 batch)
 {
     return prune_step(prune_succeeded, guc_succeeded_retention_s, batch);
 }
 
-uint64 prune_dead_step(int32 batch)
+uint64 prune_succeeded_step(int32 batch)
+{
+    return on_local_shards(prune_succeeded_on_tables, batch);
+}
+
+uint64 prune_dead_on_tables(int32 batch)
 {
     return prune_step(prune_dead, guc_dead_retention_s, batch);
+}
+
+uint64 prune_dead_step(int32 batch)
+{
+    return on_local_shards(prune_dead_on_tables, batch);
 }
 
 int64 due_before(const char* queue)
@@ -261,7 +278,11 @@ uint64 rolled_back_step(int32)
 {
     const RolledBackClaim& claim = taken.items[taken.next];
     bool dead = false;
-    if (!count_rolled_back(claim, &dead)) {
+    // On a Citus node, in the shard of its fence, unless that shard has moved away.
+    bool here = !citus::loaded() || !citus::distributed() || citus::route_fence_local(claim.fence);
+    bool counted = here && count_rolled_back(claim, &dead);
+    citus::unroute();
+    if (!counted) {
         // compat(0.1.0): a database at 0.1.0 does not count them.
         ereport(DEBUG1,
                 (errmsg("jobcap reaper did not count the rolled-back claim of job %lld "

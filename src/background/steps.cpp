@@ -4,6 +4,8 @@
 // statement_timeout, so each batch arms its own. Plain data only: ereport is a longjmp.
 #include "background/steps.hpp"
 
+#include "spi/citus.hpp"
+
 extern "C" {
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
@@ -40,6 +42,7 @@ bool extension_exists_now()
 
 Outcome rolled_back(MemoryContext caller, uint32 holdoff, ErrorData** error)
 {
+    citus::unroute();  // a step that failed on a shard
     MemoryContextSwitchTo(caller);
     ErrorData* e = CopyErrorData();
     FlushErrorState();

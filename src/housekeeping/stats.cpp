@@ -15,6 +15,8 @@
 //    writes a shared row.
 #include "housekeeping/stats.hpp"
 
+#include "spi/citus.hpp"
+
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/schema.hpp"
@@ -256,12 +258,40 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
     return rows;
 }
 
+namespace {
+
+// On a Citus node: every job of the node's shards that finished in (since, horizon], shard by
+// shard, all of them (a bound per shard would end each shard's count at a different time, and
+// the node has one counted_until); each shard's statement moves counted_until to horizon.
+int64 refresh_counts_on_shards(TimestampTz since, TimestampTz horizon)
+{
+    citus::Shard* shards = nullptr;
+    int n = citus::local_shards(&shards);
+    int64 counted = 0;
+    for (int i = 0; i < n; ++i) {
+        if (!citus::route_local(shards[i]))
+            continue;
+        Params p;
+        p.add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(horizon));
+        p.add(Int32GetDatum(PG_INT32_MAX));
+        execute(statements::refresh_stats, p, SPI_OK_SELECT);
+        citus::unroute();
+        counted += DatumGetInt64(result_column(0, 1));
+    }
+    pfree(shards);
+    return counted;
+}
+
+}  // namespace
+
 int64 refresh_counts(int32 max_jobs)
 {
     if (execute(lock_progress, Params(), SPI_OK_SELECT) == 0)
         return -1;
     TimestampTz since = DatumGetTimestampTz(result_column(0, 1));
     TimestampTz horizon = settled_horizon(GetCurrentTimestamp(), since);
+    if (citus::loaded() && citus::distributed() && citus::routed == nullptr)
+        return refresh_counts_on_shards(since, horizon);
     Params p;
     p.add(TimestampTzGetDatum(since)).add(TimestampTzGetDatum(horizon));
     p.add(Int32GetDatum(max_jobs));

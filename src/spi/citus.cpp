@@ -2,6 +2,7 @@
 // The statements retargeted to a shard are in citus_shards.cpp.
 #include "spi/citus.hpp"
 
+#include "spi/access.hpp"
 #include "spi/plans.hpp"
 
 extern "C" {
@@ -253,6 +254,11 @@ bool delegated_here()
     pg_unreachable();
 }
 
+JOBCAP_STATEMENT(job_now_anywhere,
+                 "SELECT j.state::text, j.fence, " JOBCAP_MAY_WORK(
+                     "$2", "j.queue") " FROM jobcap.jobs j WHERE j.job_id = $1",
+                 {INT8OID, OIDOID});
+
 void ensure_callback()
 {
     if (!callback_registered) {
@@ -337,6 +343,21 @@ int32 fence_hash(int64 fence)
     return text_hash(digits, len);
 }
 
+// Inside a transaction block Citus runs a delegated call as a task that may not start others
+// (a shard could move under them); this one only reads, to explain an error: it may.
+uint64 job_now_across_shards(const Params& p)
+{
+    const Shard* was = routed;
+    routed = nullptr;
+    int nest = NewGUCNestLevel();
+    (void) set_config_option("citus.allow_nested_distributed_execution", "on", PGC_SUSET,
+                             PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    uint64 rows = execute(job_now_anywhere, p, SPI_OK_SELECT);
+    AtEOXact_GUC(true, nest);
+    routed = was;
+    return rows;
+}
+
 int local_shards(Shard** shards)
 {
     if (!map.fresh)
@@ -356,6 +377,16 @@ bool route_local(const Shard& s)
     if (!now.local || now.jobs != s.jobs)
         return false;
     current = now;
+    routed = &current;
+    return true;
+}
+
+bool route_fence_local(int64 fence)
+{
+    Shard s = locked_shard_of(fence_hash(fence));
+    if (!s.local)
+        return false;
+    current = s;
     routed = &current;
     return true;
 }

@@ -27,6 +27,7 @@
 namespace jobcap {
 
 struct Statement;
+struct Params;
 
 namespace citus {
 
@@ -77,6 +78,8 @@ int local_shards(Shard** shards);
 // Routes the statements that follow to shard s (one of local_shards'), under Citus's shard
 // metadata lock; false when s is no longer on this node (moved meanwhile). unroute() ends it.
 bool route_local(const Shard& s);
+// The same for the shard of a fence (a rolled-back claim's): false when it is not on this node.
+bool route_fence_local(int64 fence);
 void unroute();
 
 // The statement s prepared against the routed shard: the same text with jobcap's distributed
@@ -88,6 +91,11 @@ SPIPlanPtr plan_on_shard(const Statement& s);
 // Citus's hash of a fence as text: the shard a settle is delegated to (a fence is chosen so that
 // it falls in the shard of its job's queue: jobcap.shard_fence, functions/distribute.cpp).
 int32 fence_hash(int64 fence);
+
+// raise_not_current's look-up of a job (state, fence, whether the caller $2 may work it) by
+// its id $1 in every shard, through Citus: the job a call names need not be in the shard its
+// fence routed the call to. Returns the row count (0 or 1) of SPI_tuptable.
+uint64 job_now_across_shards(const Params& p);
 
 // The relation id of the shard of jobcap.jobs s on this node (InvalidOid: none), for the
 // vacuum of the background worker.
