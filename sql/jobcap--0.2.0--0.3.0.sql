@@ -255,3 +255,33 @@ COMMENT ON FUNCTION jobcap.distribute(integer) IS
 
 REVOKE ALL ON FUNCTION jobcap.shard_fence(integer, integer), jobcap.distribute_node(),
     jobcap.distribute(integer) FROM PUBLIC;
+
+-- As the sweep above, for this section's functions (made after it): default privileges of the
+-- role running this script may have granted them to others.
+DO $acl$
+DECLARE
+    o record;
+    revoked pg_catalog.text[] := '{}';
+BEGIN
+    FOR o IN
+        SELECT DISTINCT p.oid::pg_catalog.regprocedure::pg_catalog.text AS what,
+               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS who
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['jobcap.shard_fence(integer, integer)'::pg_catalog.regprocedure,
+                                                      'jobcap.distribute_node()'::pg_catalog.regprocedure,
+                                                      'jobcap.distribute(integer)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+         ORDER BY 1, 2
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', o.what, o.who);
+        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, o.who);
+    END LOOP;
+    IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
+                      pg_catalog.cardinality(revoked)
+            USING DETAIL = pg_catalog.array_to_string(revoked, E'\n'),
+                  HINT = 'jobcap grants its objects to jobcap_worker and jobcap_operator only; grant those roles instead.';
+    END IF;
+END
+$acl$;

@@ -308,7 +308,8 @@ Outer enter_call(FunctionCallInfo fcinfo, const char* function)
     Outer outer = {current, routed != nullptr};
     routed = nullptr;
     const Rule* rule = rule_of(function);
-    if (rule == nullptr || rule->arg >= PG_NARGS() || PG_ARGISNULL(rule->arg) || !distributed())
+    // The bound of the routed argument (fcinfo->nargs, not PG_NARGS: no declaration told apart).
+    if (rule == nullptr || rule->arg >= fcinfo->nargs || PG_ARGISNULL(rule->arg) || !distributed())
         return outer;  // a NULL is the function's own error to raise
     int32 hash;
     char what[128];
