@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A Citus cluster on this machine (a coordinator and two workers, shared_preload_libraries =
+# 'citus,jobcap') and jobcap's core checks against it: test/citus/cluster.sh BINDIR DIR
+# Run by test/run citus as the tester, with BINDIR the private install of test/citus/build.
+# Each check fails the run: distribute() places the tables; calls made on the coordinator reach
+# the shard of their queue; job ids and fences are unique across nodes; a job failed to its cap
+# ends dead on its shard; the background worker of a worker node reaps a lease that expired on
+# its shard.
+set -euo pipefail
+bindir=$1
+dir=$2
+ports=(55471 55472 55473)
+export PATH="$bindir:$PATH"
+export PGHOST=/tmp PGDATABASE=postgres
+
+failures=0
+ok() { echo "ok - $*"; }
+notok() { echo "not ok - $*"; failures=$((failures + 1)); }
+q() { local port=$1; shift; psql -X -q -A -t -v ON_ERROR_STOP=1 -p "$port" -c "$*"; }
+expect() {  # expect NAME WANT GOT
+    if [ "$2" = "$3" ]; then ok "$1"; else notok "$1: want '$2', got '$3'"; fi
+}
+
+stop_all() {
+    local p
+    for p in 0 1 2; do
+        [ -f "$dir/n$p/postmaster.pid" ] && pg_ctl -D "$dir/n$p" -m immediate stop >/dev/null 2>&1 || true
+    done
+}
+[ -n "${KEEP:-}" ] || trap stop_all EXIT
+# The shard of jobs that holds a queue, and the port of its node: "jobcap.jobs_N PORT".
+shard_of() {
+    q $c "SELECT shard_name('jobcap.jobs'::regclass, s.shardid), n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid), LATERAL (SELECT get_shard_id_for_distribution_column('jobcap.jobs', '$1') AS shardid) s WHERE p.shardid = s.shardid"
+}
+
+for n in 0 1 2; do
+    initdb -D "$dir/n$n" -A trust >/dev/null
+    cat >>"$dir/n$n/postgresql.conf" <<EOF
+port = ${ports[$n]}
+listen_addresses = 'localhost'
+unix_socket_directories = '/tmp'
+shared_preload_libraries = 'citus,jobcap'
+max_connections = 40
+jobcap.reap_interval = '1s'
+EOF
+    pg_ctl -D "$dir/n$n" -l "$dir/n$n.log" -w start >/dev/null
+    q "${ports[$n]}" "CREATE EXTENSION citus; CREATE EXTENSION jobcap;"
+done
+c=${ports[0]}
+q $c "SELECT citus_set_coordinator_host('localhost', $c)" >/dev/null
+q $c "SELECT citus_add_node('localhost', ${ports[1]})" >/dev/null
+q $c "SELECT citus_add_node('localhost', ${ports[2]})" >/dev/null
+
+# Queues before distributing; eight of them, so that both workers hold some.
+for i in 1 2 3 4 5 6 7 8; do
+    q $c "SELECT jobcap.create_queue('q$i', max_attempts => 2, lease => '1 hour', backoff_base => '0', backoff_max => '0')" >/dev/null
+done
+q $c "SELECT jobcap.distribute(shard_count => 8)" >/dev/null
+expect "distribute: jobs and job_errors distributed by queue" "2" \
+    "$(q $c "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid IN ('jobcap.jobs'::regclass, 'jobcap.job_errors'::regclass) AND partmethod = 'h'")"
+expect "distribute: queues a reference table" "n" \
+    "$(q $c "SELECT partmethod FROM pg_dist_partition WHERE logicalrelid = 'jobcap.queues'::regclass")"
+expect "distribute: shards on both workers" "2" \
+    "$(q $c "SELECT count(DISTINCT n.nodeport) FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = 'jobcap.jobs'::regclass AND n.nodeport <> $c")"
+
+# Enqueue on the coordinator: each job's row is on the node that holds its queue's shard.
+for i in 1 2 3 4 5 6 7 8; do
+    q $c "SELECT jobcap.enqueue_job('q$i', '{\"i\": $i}'); SELECT jobcap.enqueue_job('q$i', '{\"i\": $i}')" >/dev/null
+done
+expect "enqueue: 16 jobs seen from the coordinator" "16" "$(q $c "SELECT count(*) FROM jobcap.jobs")"
+# The shard each queue hashes to, and its node; the node's shard table holds the queue's rows.
+misplaced=0
+for i in 1 2 3 4 5 6 7 8; do
+    read -r shard port < <(shard_of "q$i" | tr '|' ' ')
+    n=$(q "$port" "SELECT count(*) FROM $shard WHERE queue = 'q$i'")
+    [ "$n" = 2 ] || misplaced=$((misplaced + 1))
+done
+expect "enqueue: every queue's jobs in its shard on its node" "0" "$misplaced"
+
+# Claim, heartbeat and complete through the coordinator, each queue.
+bad=0
+for i in 1 2 3 4 5 6 7 8; do
+    read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q$i', 'w')" | tr '|' ' ')
+    [ -n "$id" ] || { bad=$((bad + 1)); continue; }
+    q $c "SELECT jobcap.heartbeat($id, $fence)" >/dev/null || bad=$((bad + 1))
+    st=$(q $c "SELECT jobcap.complete_job($id, $fence)")
+    [ "$st" = succeeded ] || bad=$((bad + 1))
+    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q$i' AND job_id = $id")
+    [ "$st" = succeeded ] || bad=$((bad + 1))
+done
+expect "claim/heartbeat/complete on the coordinator reach each queue's shard" "0" "$bad"
+
+# The cap: the other job of q1 failed twice (max_attempts 2) ends dead, a third claim finds none.
+read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q1', 'w')" | tr '|' ' ')
+expect "fail 1 of 2: pending again" "pending" "$(q $c "SELECT jobcap.fail_job($id, $fence, 'e1')")"
+read -r id2 fence2 < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q1', 'w')" | tr '|' ' ')
+expect "the retry is the same job" "$id" "$id2"
+expect "fail 2 of 2: dead" "dead" "$(q $c "SELECT jobcap.fail_job($id2, $fence2, 'e2')")"
+expect "dead job: no claim after the cap" "" "$(q $c "SELECT job_id FROM jobcap.claim_job('q1', 'w')")"
+expect "dead job: a stale fence is refused quietly" "dead" \
+    "$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q1' AND job_id = $id")"
+read -r shard port < <(shard_of q1 | tr '|' ' ')
+expect "dead on its shard, on its node" "dead 2" "$(q "$port" "SELECT state || ' ' || attempts FROM $shard WHERE job_id = $id")"
+
+# Ids and fences unique across the cluster (fence 0: never claimed), and each node's ids in its own range.
+expect "job ids unique across nodes" "0" "$(q $c "SELECT count(*) - count(DISTINCT job_id) FROM jobcap.jobs")"
+expect "fences unique across nodes" "0" \
+    "$(q $c "SELECT count(*) - count(DISTINCT fence) FROM jobcap.jobs WHERE fence <> 0")"
+expect "job ids from more than one node's range" "t" \
+    "$(q $c "SELECT count(DISTINCT job_id >> 48) > 1 FROM jobcap.jobs")"
+
+# Reaping on a worker: a job of q2 claimed with a lease of a second; the worker node's
+# background worker (not the coordinator's, which holds no shard of jobs) makes it pending again.
+read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q2', 'w', lease => '1 second')" | tr '|' ' ')
+st=running
+for _ in $(seq 1 30); do
+    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q2' AND job_id = $id")
+    [ "$st" = running ] || break
+    sleep 1
+done
+expect "reap: an expired lease on a worker's shard is reaped" "pending" "$st"
+
+echo "citus: $failures failed"
+[ "$failures" -eq 0 ]
