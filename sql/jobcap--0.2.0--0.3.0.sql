@@ -285,3 +285,271 @@ BEGIN
     END IF;
 END
 $acl$;
+
+-- Workflows (issue 37): dependencies with exactly-once fan-in, bounded snoozes, run-time limits,
+-- start-by deadlines, and cancellation that reaches the worker (docs/workflows.md).
+
+-- A job that depends on others waits in a state of its own, never claimable, until every one of
+-- them has succeeded. PostgreSQL refuses a new enum value in the transaction that adds it ("unsafe
+-- use of new value"), and CREATE EXTENSION and ALTER EXTENSION UPDATE run this script in one
+-- transaction: below, 'waiting' is never written; the index predicates name it as "none of the
+-- other states". The statements that name it are jobcap's, prepared after the update commits.
+ALTER TYPE jobcap.job_state ADD VALUE 'waiting' BEFORE 'pending';
+
+-- Per queue: how many snoozes a job gets before a snooze counts as an attempt, and how long a
+-- claimed job may run (NULL: no limit) before the background worker ends the attempt.
+ALTER TABLE jobcap.queues
+    ADD COLUMN max_snoozes integer NOT NULL DEFAULT 10 CHECK (max_snoozes OPERATOR(pg_catalog.>=) 0),
+    ADD COLUMN max_run_time interval CHECK (max_run_time OPERATOR(pg_catalog.>) interval '0');
+COMMENT ON COLUMN jobcap.queues.max_snoozes IS
+    'snooze_job gives a job''s attempt back this many times; later snoozes count as attempts.';
+COMMENT ON COLUMN jobcap.queues.max_run_time IS
+    'A running job whose attempt is older than this (or than its own, whichever is shorter) is ended by the background worker; NULL: no limit.';
+
+-- Per job, every one NULL for a job enqueued without them, so an ordinary enqueue writes nothing
+-- more and the columns cost the hot path nothing (no default, no table rewrite here).
+ALTER TABLE jobcap.jobs
+    ADD COLUMN waiting_on integer,
+    ADD COLUMN has_dependents boolean,
+    ADD COLUMN snoozes integer,
+    ADD COLUMN max_run_time interval,
+    ADD COLUMN start_by timestamptz;
+COMMENT ON COLUMN jobcap.jobs.waiting_on IS
+    'For a job enqueued with depends_on: how many of the jobs it depends on have not succeeded yet; it waits until 0.';
+COMMENT ON COLUMN jobcap.jobs.has_dependents IS
+    'Some job was enqueued depending on this one: its completion releases them, its death cancels them.';
+COMMENT ON COLUMN jobcap.jobs.snoozes IS 'Times snooze_job put the job back (NULL: never).';
+COMMENT ON COLUMN jobcap.jobs.max_run_time IS
+    'This job''s own run-time limit; the shorter of it and its queue''s applies. NULL: the queue''s.';
+COMMENT ON COLUMN jobcap.jobs.start_by IS
+    'A job not claimed by then is cancelled (reason "expired"); NULL: no deadline.';
+
+-- The edges of workflows: job_id waits for depends_on. Written once, when job_id is enqueued (so
+-- a job can depend only on jobs that exist before it, and no cycle can form), and deleted with
+-- job_id. pass_output: job_id's payload receives depends_on's output when it is released.
+CREATE TABLE jobcap.job_dependencies (
+    depends_on  bigint NOT NULL,
+    job_id      bigint NOT NULL,
+    pass_output boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (depends_on, job_id)
+);
+CREATE INDEX job_dependencies_job ON jobcap.job_dependencies (job_id, depends_on);
+COMMENT ON TABLE jobcap.job_dependencies IS
+    'Workflow edges: job_id runs only after depends_on has succeeded (enqueue_job''s depends_on).';
+SELECT pg_catalog.pg_extension_config_dump('jobcap.job_dependencies', '');
+
+-- History kinds: a snooze (snooze_job), an attempt ended by max_run_time or a worker's hard time
+-- limit (the background worker, time_out_job), and a cancellation with its reason (cancel_job, an
+-- expired start_by, a job depended on that died or was cancelled).
+ALTER TABLE jobcap.job_errors DROP CONSTRAINT job_errors_kind_check;
+ALTER TABLE jobcap.job_errors ADD CONSTRAINT job_errors_kind_check
+    CHECK (kind OPERATOR(pg_catalog.=) ANY ('{error,lease_expired,crashed,requeued,claim_rolled_back,released,snoozed,timed_out,cancelled}'));
+COMMENT ON TABLE jobcap.job_errors IS
+    'Attempts that ended badly (reported errors, crashes seen by the worker, leases that expired without a report, claims that rolled back, attempts past their run-time limit), requeues, releases, snoozes and cancellations.';
+
+-- Waiting jobs, for the statistics (per queue) and the start-by sweep. "None of the other
+-- states" is 'waiting' (see above). Ordered so that the states an enqueue, a claim and a
+-- completion write fail the test at the first element.
+CREATE INDEX jobs_waiting ON jobcap.jobs (queue)
+    WHERE state OPERATOR(pg_catalog.<>) ALL ('{pending,running,succeeded,dead,cancelled}');
+-- Jobs with a start_by never claimed yet, pending or waiting: the background worker cancels them
+-- once it passes. A job without a deadline fails the first test, and a claim takes a job out.
+CREATE INDEX jobs_start_by ON jobcap.jobs (start_by)
+    WHERE start_by IS NOT NULL AND first_claimed_at IS NULL
+      AND state OPERATOR(pg_catalog.<>) ALL ('{running,succeeded,dead,cancelled}');
+
+-- New parameters, after the 0.2.0 ones (max_snoozes, max_run_time; depends_on, parent_outputs,
+-- max_run_time, start_by): the 0.2.0 signatures are replaced. The C functions still accept the
+-- old number of arguments, so a call that resolved an old declaration before this update commits
+-- runs as it would have.
+DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer);
+CREATE FUNCTION jobcap.create_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT '5 minutes',
+    backoff_base interval DEFAULT '10 seconds',
+    backoff_max interval DEFAULT '1 hour',
+    notify boolean DEFAULT false,
+    max_running integer DEFAULT NULL,
+    max_snoozes integer DEFAULT 10,
+    max_run_time interval DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_create_queue';
+COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval) IS
+    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once; max_snoozes snoozes per job are free; max_run_time (NULL or 0: none) ends longer attempts.';
+
+DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer);
+CREATE FUNCTION jobcap.alter_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL,
+    notify boolean DEFAULT NULL,
+    max_running integer DEFAULT NULL,
+    max_snoozes integer DEFAULT NULL,
+    max_run_time interval DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_alter_queue';
+COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval) IS
+    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit, as max_run_time => ''0'' does.';
+
+-- enqueue_job and enqueue_jobs pin search_path in C, as in 0.2.0 (no SET clause: see "The hot
+-- path" in jobcap--0.1.0--0.2.0.sql).
+DROP FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text);
+CREATE FUNCTION jobcap.enqueue_job(
+    queue text,
+    payload jsonb DEFAULT '{}',
+    run_at timestamptz DEFAULT pg_catalog.now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    dedupe_key text DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    parent_outputs boolean DEFAULT false,
+    max_run_time interval DEFAULT NULL,
+    start_by timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_job';
+COMMENT ON FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz) IS
+    'Inserts a job; with depends_on it waits until each of those jobs has succeeded (parent_outputs: their outputs join its payload) and is cancelled when one dies or is cancelled; max_run_time bounds each attempt; a job not claimed by start_by is cancelled.';
+
+DROP FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer);
+CREATE FUNCTION jobcap.enqueue_jobs(
+    queue text,
+    payloads jsonb[],
+    run_at timestamptz DEFAULT pg_catalog.now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    parent_outputs boolean DEFAULT false,
+    max_run_time interval DEFAULT NULL,
+    start_by timestamptz DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
+COMMENT ON FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz) IS
+    'Inserts a job per payload in one statement (ids in payload order), each with enqueue_job''s workflow options.';
+
+CREATE FUNCTION jobcap.snooze_job(job_id bigint, fence bigint, delay interval)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_snooze_job';
+COMMENT ON FUNCTION jobcap.snooze_job(bigint, bigint, interval) IS
+    'Puts a running job back for delay: its attempt given back up to its queue''s max_snoozes times, counted after (dead at its cap); history kind snoozed; a stale fence raises JC001.';
+
+CREATE FUNCTION jobcap.time_out_job(job_id bigint, fence bigint, error text)
+RETURNS jobcap.job_state
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_time_out_job';
+COMMENT ON FUNCTION jobcap.time_out_job(bigint, bigint, text) IS
+    'fail_job for a handler stopped by the worker''s own time limit (history kind timed_out, as max_run_time): retried after backoff, or dead at the cap; a stale fence raises JC001.';
+
+CREATE FUNCTION jobcap.job_tree(job_id bigint)
+RETURNS TABLE (job_id bigint, queue text, state jobcap.job_state, depth integer,
+               depends_on bigint[], waiting_on integer, attempts integer,
+               enqueued_at timestamptz, finished_at timestamptz, reason text)
+LANGUAGE C STABLE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_job_tree';
+COMMENT ON FUNCTION jobcap.job_tree(bigint) IS
+    'The workflow of a job: its ancestors up to their roots and everything that depends on those, with states, the longest chain from a root (depth), and why a job died or was cancelled.';
+
+-- top_failing_jobs shows attempts past their run-time limit (among crashes) and snoozes: two
+-- columns at the end.
+DROP FUNCTION jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz);
+CREATE FUNCTION jobcap.top_failing_jobs(queue text DEFAULT NULL, n integer DEFAULT 10,
+                                        since timestamptz DEFAULT NULL,
+                                        until timestamptz DEFAULT NULL)
+RETURNS TABLE (job_id bigint, queue text, state jobcap.job_state, attempts integer,
+               max_attempts integer, failures bigint, errors bigint, crashes bigint,
+               first_failure_at timestamptz, last_failure_at timestamptz, last_errors text[],
+               timed_out bigint, snoozes bigint)
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_top_failing_jobs';
+COMMENT ON FUNCTION jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz) IS
+    'The n jobs (of queue, or of every queue) with the most failed attempts in the window, worst first, then those that snoozed most.';
+
+-- queue_stats counts the jobs waiting for others: a column at the end.
+DROP VIEW jobcap.queue_stats;
+DROP FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz);
+CREATE FUNCTION jobcap.queue_stats_between(since timestamptz, until timestamptz DEFAULT NULL)
+RETURNS TABLE (queue text, pending bigint, scheduled bigint, running bigint, succeeded bigint,
+               dead bigint, cancelled bigint, failed_attempts bigint, failing_jobs bigint,
+               lost_leases bigint, crashed_jobs bigint, new_dead bigint,
+               claim_latency_p50 interval, claim_latency_p95 interval,
+               oldest_pending_age interval, window_start timestamptz, window_end timestamptz,
+               counted_until timestamptz, paused boolean, max_running integer, waiting bigint)
+LANGUAGE C VOLATILE ROWS 10
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_queue_stats_between';
+COMMENT ON FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz) IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency in (since, until]; NULL since = until - jobcap.stats_window, NULL until = now.';
+CREATE VIEW jobcap.queue_stats AS SELECT * FROM jobcap.queue_stats_between(NULL, NULL);
+COMMENT ON VIEW jobcap.queue_stats IS
+    'Per queue: jobs by state now, and failures, deaths, completions and claim latency over the last jobcap.stats_window.';
+
+-- dead_jobs counts an attempt past its run-time limit (timed_out) among crashes; snoozes and
+-- cancellations are no failures.
+CREATE OR REPLACE VIEW jobcap.dead_jobs AS
+SELECT j.job_id, j.queue, j.attempts,
+       CASE WHEN (j.cap_epoch OPERATOR(pg_catalog.=) q.cap_epoch) IS TRUE THEN j.max_attempts
+            ELSE least(j.max_attempts, q.max_attempts) END AS max_attempts,
+       j.finished_at AS died_at, j.enqueued_at, j.worker AS last_worker, j.dedupe_key,
+       e.kind AS last_outcome, e.error AS last_error,
+       h.errors, h.crashes, h.first_failure_at, h.last_failure_at,
+       CASE WHEN pg_catalog.length(p.text) OPERATOR(pg_catalog.>) 200
+            THEN pg_catalog.left(p.text, 200) OPERATOR(pg_catalog.||) '...'
+            ELSE p.text END AS payload_excerpt
+  FROM jobcap.jobs j
+  LEFT JOIN jobcap.queues q ON q.queue OPERATOR(pg_catalog.=) j.queue
+  LEFT JOIN LATERAL (SELECT e.kind, e.error FROM jobcap.job_errors e
+                      WHERE e.job_id OPERATOR(pg_catalog.=) j.job_id
+                        AND e.kind OPERATOR(pg_catalog.<>) 'released'
+                      ORDER BY e.seq DESC LIMIT 1) e ON true
+  LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) 'error') AS errors,
+                            count(*) FILTER (WHERE h.kind OPERATOR(pg_catalog.=) ANY ('{lease_expired,claim_rolled_back,crashed,timed_out}')) AS crashes,
+                            min(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released,snoozed,cancelled}')) AS first_failure_at,
+                            max(h.at) FILTER (WHERE h.kind OPERATOR(pg_catalog.<>) ALL ('{requeued,released,snoozed,cancelled}')) AS last_failure_at
+                       FROM jobcap.job_errors h
+                      WHERE h.job_id OPERATOR(pg_catalog.=) j.job_id) h ON true
+  CROSS JOIN LATERAL (SELECT j.payload::pg_catalog.text AS text) p
+ WHERE j.state OPERATOR(pg_catalog.=) 'dead'::jobcap.job_state;
+
+-- Privileges of the workflow objects (PUBLIC gets nothing). cancel_job: a worker role cancels the
+-- jobs of the queues granted to it (an operator, every job); job_tree: a worker sees its queues'.
+REVOKE ALL ON FUNCTION
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz),
+    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz),
+    jobcap.snooze_job(bigint, bigint, interval),
+    jobcap.time_out_job(bigint, bigint, text),
+    jobcap.job_tree(bigint),
+    jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz),
+    jobcap.queue_stats_between(timestamptz, timestamptz)
+FROM PUBLIC;
+REVOKE ALL ON jobcap.job_dependencies, jobcap.queue_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz),
+    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz),
+    jobcap.snooze_job(bigint, bigint, interval),
+    jobcap.time_out_job(bigint, bigint, text),
+    jobcap.cancel_job(bigint),
+    jobcap.job_tree(bigint)
+TO jobcap_worker;
+GRANT EXECUTE ON FUNCTION
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
+    jobcap.job_tree(bigint),
+    jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz),
+    jobcap.queue_stats_between(timestamptz, timestamptz)
+TO jobcap_operator;
+GRANT SELECT ON jobcap.job_dependencies, jobcap.queue_stats TO jobcap_operator;

@@ -45,6 +45,7 @@ extern "C" {
 #include "spi/history.hpp"
 #include "spi/citus.hpp"
 #include "spi/plans.hpp"
+#include "spi/schema.hpp"
 
 extern "C" PGDLLEXPORT void jobcap_reaper_main(Datum main_arg);
 
@@ -81,19 +82,27 @@ constexpr uint16 kLockSubId = 3;
 // doomed rows by primary key only: as an index condition on jobs_finished, with statistics that
 // saw none due (retention lowered, a worker that was down), every batch would read the whole
 // due range of that index.
-#define PRUNE(STATES)                                                                              \
+// DELETE_DOOMED: JOBCAP_DELETE_DOOMED_WITH_EDGES (0.3.0: a job's edges go with it), or
+// JOBCAP_DELETE_DOOMED (compat(0.2.0)).
+#define PRUNE(STATES, DELETE_DOOMED)                                                               \
     "WITH doomed AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
     "   WHERE j.state IN (" STATES                                                                 \
     ")"                                                                                            \
     "     AND j.finished_at < least($1, (SELECT s.counted_until FROM jobcap.stats_progress s))"    \
     "   ORDER BY j.state, j.finished_at LIMIT $2 FOR UPDATE OF j SKIP "                            \
-    "LOCKED)," JOBCAP_DELETE_DOOMED(                                                               \
-        "     AND (j.state IN (" STATES                                                            \
-        ") AND j.finished_at < $1) IS TRUE") " SELECT count(*) FROM gone"
+    "LOCKED)," DELETE_DOOMED("     AND (j.state IN (" STATES                                       \
+                             ") AND j.finished_at < $1) IS TRUE") " SELECT count(*) FROM gone"
 
-JOBCAP_STATEMENT(prune_succeeded, PRUNE("'succeeded'"), {TIMESTAMPTZOID, INT4OID});
-JOBCAP_STATEMENT(prune_dead, PRUNE("'dead', 'cancelled'"), {TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(prune_succeeded, PRUNE("'succeeded'", JOBCAP_DELETE_DOOMED_WITH_EDGES),
+                 {TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(prune_dead, PRUNE("'dead', 'cancelled'", JOBCAP_DELETE_DOOMED_WITH_EDGES),
+                 {TIMESTAMPTZOID, INT4OID});
+// compat(0.2.0): the two on the 0.2.0 schema, which has no edges.
+JOBCAP_STATEMENT(prune_succeeded_0_2, PRUNE("'succeeded'", JOBCAP_DELETE_DOOMED),
+                 {TIMESTAMPTZOID, INT4OID});
+JOBCAP_STATEMENT(prune_dead_0_2, PRUNE("'dead', 'cancelled'", JOBCAP_DELETE_DOOMED),
+                 {TIMESTAMPTZOID, INT4OID});
 
 // What the worker remembers of a queue between reports: its due backlog.
 struct QueueMemory {
@@ -120,7 +129,7 @@ Worker w;
 
 uint64 reap_on_tables(int32 batch)
 {
-    return reap(batch);
+    return reap(batch, nullptr, nullptr);
 }
 
 uint64 reap_step(int32 batch)
@@ -146,9 +155,11 @@ uint64 prune_step(Statement& statement, int retention_s, int32 batch)
     return (uint64) DatumGetInt64(result_column(0, 1));
 }
 
+// compat(0.2.0): the 0.2.0 schema's prunes, without edges.
 uint64 prune_succeeded_on_tables(int32 batch)
 {
-    return prune_step(prune_succeeded, guc_succeeded_retention_s, batch);
+    return prune_step(workflows_schema_exists() ? prune_succeeded : prune_succeeded_0_2,
+                      guc_succeeded_retention_s, batch);
 }
 
 uint64 prune_succeeded_step(int32 batch)
@@ -158,7 +169,9 @@ uint64 prune_succeeded_step(int32 batch)
 
 uint64 prune_dead_on_tables(int32 batch)
 {
-    return prune_step(prune_dead, guc_dead_retention_s, batch);
+    // compat(0.2.0): as above.
+    return prune_step(workflows_schema_exists() ? prune_dead : prune_dead_0_2, guc_dead_retention_s,
+                      batch);
 }
 
 uint64 prune_dead_step(int32 batch)

@@ -38,6 +38,8 @@ inline constexpr std::int64_t kMaxBatch = 10000;
 inline constexpr std::int64_t kMaxReapBatch = 100000;
 inline constexpr std::int64_t kMaxAttempts = 1000000;
 inline constexpr std::int32_t kMaxRunning = 1000000;
+inline constexpr std::int32_t kMaxSnoozes = 1000000;
+inline constexpr std::int64_t kMaxDependsOn = 10000;  // jobs one enqueue may depend on
 inline constexpr std::int64_t kMaxSpanUsec = std::int64_t(3650) * 86400 * 1000000;  // 10 years
 
 // Normalised length of an interval in microseconds, saturating at +/- kMaxSpanUsec * 4.

@@ -45,6 +45,16 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out)
         *cap = cap_of_job(slot, q);
         if (!core::may_claim(int4_of(slot, kAttempts), *cap))
             return false;
+        // The statement's start_by guard: a job never claimed is not claimed past its start_by
+        // (compat(0.2.0): no such column on the 0.2.0 schema).
+        if (shape.start_by != InvalidAttrNumber) {
+            Datum start_by = slot_getattr(slot, shape.start_by, &isnull);
+            if (!isnull && DatumGetTimestampTz(start_by) < now) {
+                slot_getattr(slot, shape.job[kFirstClaimedAt], &isnull);
+                if (isnull)
+                    return false;
+            }
+        }
         int64 id = int8_of(slot, kJobId);
         for (int i = 0; i < nskip; ++i)
             if (skipped[i] == id)

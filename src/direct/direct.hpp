@@ -45,14 +45,17 @@ bool usable(const char* function, Need need = Need::update);
 // no current row matched (job_id, fence, running, a queue the caller may work): the caller then
 // raises with raise_not_current, as the SQL path.
 // complete: state succeeded, finished_at = now, lease dropped, output kept (NULL: none).
-bool complete(const Access& access, const CompleteCall& call);
+// *has_dependents: jobs wait for this one (read from the locked version; the caller releases
+// them with the SQL statements, housekeeping/workflows.hpp).
+bool complete(const Access& access, const CompleteCall& call, bool* has_dependents);
 // complete for a batch (complete_jobs), all in one snapshot: returns the index of the first
 // (job_id, fence) pair in input order that was not current (nothing more is tried: the caller
 // raises, and the transaction rolls back), or -1 with *settled = the jobs completed. A pair
 // listed twice is settled once. outputs: NULL, or one per job (no_outputs[i]: none).
+// dependents (room for n) gets the completed jobs that others wait for, *ndependents of them.
 int complete_many(const Access& access, const int64* job_ids, const int64* fences,
                   const Datum* outputs, const bool* no_outputs, int n, TimestampTz now,
-                  int* settled);
+                  int* settled, int64* dependents, int* ndependents);
 // heartbeat: the lease pushed to now + extend (NULL: the claim's lease), never shortened;
 // *expires gets the lease's new end.
 bool heartbeat(const Access& access, const HeartbeatCall& call, TimestampTz* expires);

@@ -33,6 +33,11 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
     put(kEnqueuedAt, TimestampTzGetDatum(v.now), false);
     if (v.lists_dedupe_key)
         put(kDedupeKey, (Datum) 0, true);
+    // compat(0.2.0): the 0.2.0 schema has neither column (nor a declaration that passes them).
+    if (shape.start_by != InvalidAttrNumber)
+        row.set(shape.start_by, TimestampTzGetDatum(v.start_by), v.no_start_by);
+    if (shape.max_run_time != InvalidAttrNumber)
+        row.set(shape.max_run_time, v.max_run_time, v.no_max_run_time);
 
     // In chunks, as COPY FROM buffers its rows: one heap_multi_insert per chunk (one WAL record
     // per page instead of one per row), then each row's index entries, in payload order.

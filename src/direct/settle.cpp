@@ -10,12 +10,18 @@
 namespace jobcap::direct {
 
 namespace {
-// complete on an open Op.
+// complete on an open Op; *has_dependents from the locked version.
 bool complete_in(Op& op, const Access& access, int64 job_id, int64 fence, TimestampTz now,
-                 Datum output, bool no_output)
+                 Datum output, bool no_output, bool* has_dependents)
 {
     if (!lock_current(op, access, job_id, fence))
         return false;
+    // compat(0.2.0): no has_dependents column on the 0.2.0 schema, where nothing depends on a job.
+    bool none = true;
+    Datum dependents = shape.has_dependents == InvalidAttrNumber
+                           ? (Datum) 0
+                           : slot_getattr(op.found, shape.has_dependents, &none);
+    *has_dependents = !none && DatumGetBool(dependents);
     set(op, kState, ObjectIdGetDatum(shape.succeeded));
     set(op, kFinishedAt, TimestampTzGetDatum(now));
     set(op, kLeaseExpiresAt, (Datum) 0, true);
@@ -25,23 +31,24 @@ bool complete_in(Op& op, const Access& access, int64 job_id, int64 fence, Timest
 }
 }  // namespace
 
-bool complete(const Access& access, const CompleteCall& call)
+bool complete(const Access& access, const CompleteCall& call, bool* has_dependents)
 {
     Op op;
     begin(op);
     bool done = complete_in(op, access, call.job.job_id, call.job.fence, call.job.now, call.output,
-                            call.no_output);
+                            call.no_output, has_dependents);
     end(op);
     return done;
 }
 
 int complete_many(const Access& access, const int64* job_ids, const int64* fences,
                   const Datum* outputs, const bool* no_outputs, int n, TimestampTz now,
-                  int* settled)
+                  int* settled, int64* dependents, int* ndependents)
 {
     Op op;
     begin(op);
     *settled = 0;
+    *ndependents = 0;
     int failed = -1;
     for (int i = 0; i < n && failed < 0; ++i) {
         // A pair listed twice is settled once (the SQL path's UPDATE ... FROM joins it twice
@@ -51,12 +58,16 @@ int complete_many(const Access& access, const int64* job_ids, const int64* fence
             again = job_ids[k] == job_ids[i] && fences[k] == fences[i];
         if (again)
             continue;
+        bool waited_for = false;
         if (complete_in(op, access, job_ids[i], fences[i], now,
                         outputs == nullptr ? (Datum) 0 : outputs[i],
-                        outputs == nullptr || no_outputs[i]))
+                        outputs == nullptr || no_outputs[i], &waited_for)) {
             ++*settled;
-        else
+            if (waited_for)
+                dependents[(*ndependents)++] = job_ids[i];
+        } else {
             failed = i;
+        }
     }
     end(op);
     return failed;

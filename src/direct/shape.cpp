@@ -66,14 +66,20 @@ bool learn_job_defaults(Relation jobs, Shape& s)
     s.identity = identity_of(jobs, s.job[kJobId]);
     if (!OidIsValid(s.identity))
         return false;
-    const AttrNumber listed[] = {s.job[kJobId],     s.job[kQueue],    s.job[kPayload],
-                                 s.job[kRunAt],     s.job[kPriority], s.job[kMaxAttempts],
-                                 s.job[kEnqueuedAt]};
+    // compat(0.2.0): start_by and max_run_time are listed on the 0.3.0 schema (InvalidAttrNumber,
+    // which matches no column, on the 0.2.0 one).
+    const AttrNumber listed[] = {s.job[kJobId],      s.job[kQueue],    s.job[kPayload],
+                                 s.job[kRunAt],      s.job[kPriority], s.job[kMaxAttempts],
+                                 s.job[kEnqueuedAt], s.start_by,       s.max_run_time};
     TupleDesc desc = RelationGetDescr(jobs);
     // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
     return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
            may_hold(TupleDescAttr(desc, s.job[kDedupeKey] - 1), true) &&
-           may_hold(TupleDescAttr(desc, s.job[kMaxAttempts] - 1), true);
+           may_hold(TupleDescAttr(desc, s.job[kMaxAttempts] - 1), true) &&
+           (s.start_by == InvalidAttrNumber ||
+            may_hold(TupleDescAttr(desc, s.start_by - 1), true)) &&
+           (s.max_run_time == InvalidAttrNumber ||
+            may_hold(TupleDescAttr(desc, s.max_run_time - 1), true));
 }
 
 // For failing: job_errors as the history statements write it (see Shape::failable).
@@ -157,6 +163,21 @@ bool learn_shape()
         s.direct = s.direct && s.job[c] != InvalidAttrNumber;
     }
     s.direct = s.direct && !executor_needed(jobs, s.job);
+    // compat(0.2.0): the workflow columns, absent on the 0.2.0 schema.
+    struct {
+        AttrNumber* attr;
+        const char* name;
+        Oid type;
+    } workflow[] = {{&s.has_dependents, "has_dependents", BOOLOID},
+                    {&s.start_by, "start_by", TIMESTAMPTZOID},
+                    {&s.max_run_time, "max_run_time", INTERVALOID}};
+    for (auto& w : workflow) {
+        *w.attr = column(desc, w.name, w.type);
+        if (*w.attr == InvalidAttrNumber && column(desc, w.name, InvalidOid) != InvalidAttrNumber)
+            s.direct = false;  // there, of another type
+        else if (*w.attr != InvalidAttrNumber)
+            s.direct = s.direct && TupleDescAttr(desc, *w.attr - 1)->atttypmod == -1;
+    }
     // Columns read as never NULL must be NOT NULL; none may carry a typmod (the direct path
     // stores values as they come, where the executor would coerce them) or compare under a
     // collation other than the database's (the SQL statements would use it).

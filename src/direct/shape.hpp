@@ -72,6 +72,11 @@ struct Shape {
     AttrNumber job[kJobColumns];
     AttrNumber queue[kQueueColumns];
     AttrNumber grant_queue, grant_grantee;
+    // compat(0.2.0): the workflow columns of jobs, InvalidAttrNumber on the 0.2.0 schema (a
+    // column of another type there sends every call to the SQL path): has_dependents (read by
+    // completions), start_by (claims skip a job never claimed past it; enqueues write it) and
+    // max_run_time (enqueues write it).
+    AttrNumber has_dependents, start_by, max_run_time;
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);

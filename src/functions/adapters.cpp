@@ -10,6 +10,8 @@
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 #include "spi/statements.hpp"
+#include "spi/schema.hpp"
+#include "housekeeping/workflows.hpp"
 
 namespace jobcap {
 namespace {
@@ -66,13 +68,22 @@ JOBCAP_STATEMENT(
     {INT8OID, OIDOID}, PlanKind::generic);
 
 // Deletes up to $2 pending jobs of queue $1 with their history, oldest first, skipping rows
-// another transaction holds (a claim in progress). Running jobs settle normally.
+// another transaction holds (a claim in progress). Running jobs settle normally. Column 2: the
+// deleted jobs that others depend on (the caller cancels those: housekeeping/workflows.hpp).
+#define PURGE_PENDING(DELETE_DOOMED, DEPENDED_ON)                                                  \
+    "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"                              \
+    "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"             \
+    "     AND j.state = 'pending'"                                                                 \
+    "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," DELETE_DOOMED(                   \
+        " AND j.state = 'pending'") " SELECT count(*)::int, " DEPENDED_ON " FROM gone"
+
 JOBCAP_STATEMENT(purge_pending,
-                 "WITH doomed AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"
-                 "   WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
-                 "     AND j.state = 'pending'"
-                 "   ORDER BY j.job_id LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," JOBCAP_DELETE_DOOMED(
-                     " AND j.state = 'pending'") " SELECT count(*)::int FROM gone",
+                 PURGE_PENDING(JOBCAP_DELETE_DOOMED_WITH_EDGES,
+                               "array_agg(job_id) FILTER (WHERE has_dependents)"),
+                 {TEXTOID, INT4OID});
+
+// compat(0.2.0): the 0.2.0 schema's, which has no edges.
+JOBCAP_STATEMENT(purge_pending_0_2, PURGE_PENDING(JOBCAP_DELETE_DOOMED, "NULL::bigint[]"),
                  {TEXTOID, INT4OID});
 
 }  // namespace
@@ -94,10 +105,12 @@ JOBCAP_FUNCTION(give_up_job, Duty::worker)
     p.add(Int64GetDatum(job_id)).add(Int64GetDatum(fence)).add(kept_text(DatumGetTextPP(reason)));
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add_caller(access);
 
+    TimestampTz now = GetCurrentTimestamp();
     spi_open(access);
     if (execute(give_up_job, p, SPI_OK_SELECT) == 0)
         raise_not_current(access, function, job_id, fence);
     Datum state = result_column(0, 1);
+    cancel_dependents(&job_id, 1, now);  // it is dead: so are the jobs waiting for it
     spi_close(access);
     return state;
 }
@@ -159,8 +172,16 @@ JOBCAP_FUNCTION(purge_pending, Duty::operator_)
     spi_open(access);
     if (execute(statements::queue_exists, q, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
-    execute(purge_pending, p, SPI_OK_SELECT);
+    // compat(0.2.0): the 0.2.0 schema's, without edges.
+    execute(workflows_schema_exists() ? purge_pending : purge_pending_0_2, p, SPI_OK_SELECT);
     int32 purged = DatumGetInt32(result_column(0, 1));
+    bool none = false;
+    Datum depended_on = result_column(0, 2, &none);
+    if (!none) {
+        ArrayType* a = DatumGetArrayTypePCopy(depended_on);
+        cancel_dependents(reinterpret_cast<int64*>(ARR_DATA_PTR(a)),
+                          ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), GetCurrentTimestamp());
+    }
     spi_close(access);
     PG_RETURN_INT32(purged);
 }

@@ -66,61 +66,93 @@ namespace statements {
 // hashtextextended(queue, 0), the hash of the queue's name (compat(0.1.0): none on the 0.1.0
 // schema, whose index leads with the name, compared next anyway).
 #define BY_QUEUE_KEY "hashtextextended(j.queue, 0) = hashtextextended($4, 0) AND "
-#define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP)                                                \
+// START_BY: a job never claimed whose start_by has passed is not claimable (the background
+// worker cancels it: housekeeping/workflows.hpp), in the cohort and in the UPDATE's guards.
+// compat(0.2.0): "" on the 0.2.0 schema, which has no start_by.
+#define START_BY_DUE                                                                               \
+    " AND (j.start_by IS NULL OR j.start_by >= $1 OR j.first_claimed_at IS NOT NULL)"
+#define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
-    "   WHERE " KEY                                                                                \
-    "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1"                                      \
+    "   WHERE " KEY "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY             \
     "     AND " JOBCAP_MAY_WORK(                                                                   \
         "$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY                                       \
                     " AND j.job_id <> ALL ($7)"                                                    \
                     "   ORDER BY j.priority, j.run_at, j.job_id"                                   \
                     "   LIMIT $5"                                                                  \
-                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
+                    "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED START_BY,     \
+                                                                              CAP)
 
 JOBCAP_STATEMENT(claim_job,
                  CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_OPEN("$4"), " AND NOT q.paused",
-                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, START_BY_DUE),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
 // The same for a capped queue, run under its row lock with $5 = what fits.
 JOBCAP_STATEMENT(claim_job_capped,
                  CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
-                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP),
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, START_BY_DUE),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
+
+// compat(0.2.0): the two on the 0.2.0 schema, without start_by.
+JOBCAP_STATEMENT(claim_job_0_2,
+                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_OPEN("$4"), " AND NOT q.paused",
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, ""),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
+// compat(0.2.0): the capped one.
+JOBCAP_STATEMENT(claim_job_capped_0_2,
+                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
 // $4 = job_id, $5 = caller (NULL: privileged), $6 = jobs whose rolled-back claim is not counted.
-#define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP)                                                       \
+#define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP, START_BY)                                             \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
-    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1"                            \
+    "   WHERE j.job_id = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY                   \
     "     AND j.job_id <> ALL ($6) AND j.attempts < " CAP_BY " AND " JOBCAP_MAY_WORK(              \
         "$5", "j.queue") " AND " GATE                                                              \
-                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(PAUSED, CAP)
+                         "   FOR NO KEY UPDATE OF j SKIP LOCKED)" CLAIM_THE_COHORT(                \
+                             PAUSED START_BY, CAP)
 
 JOBCAP_STATEMENT(claim_job_by_id,
                  CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
-                           JOBCAP_CAP),
+                           JOBCAP_CAP, START_BY_DUE),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
 JOBCAP_STATEMENT(claim_job_by_id_capped,
                  CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
-                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP),
+                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP, START_BY_DUE),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
+
+// compat(0.2.0): the two on the 0.2.0 schema, without start_by.
+JOBCAP_STATEMENT(claim_job_by_id_0_2,
+                 CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
+                           JOBCAP_CAP, ""),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
+// compat(0.2.0): the capped one.
+JOBCAP_STATEMENT(claim_job_by_id_capped_0_2,
+                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
+                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
 // compat(0.1.0): the claims of the 0.1.0 schema (no queue controls yet), between installing
 // this library and ALTER EXTENSION jobcap UPDATE (spi/schema.hpp).
 JOBCAP_STATEMENT(claim_job_0_1,
-                 CLAIM_BATCH("", "true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1),
+                 CLAIM_BATCH("", "true", "", JOBCAP_CAP_BY_0_1("$4"), JOBCAP_CAP_0_1, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 // compat(0.1.0): claim_job_by_id's.
 JOBCAP_STATEMENT(claim_job_by_id_0_1,
-                 CLAIM_ONE("true", "", JOBCAP_CAP_BY_0_1("j.queue"), JOBCAP_CAP_0_1),
+                 CLAIM_ONE("true", "", JOBCAP_CAP_BY_0_1("j.queue"), JOBCAP_CAP_0_1, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
@@ -199,7 +231,12 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
             check_queue(access, function, queue.datum, queue.cstr);
         return rows;
     }
-    uint64 rows = execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+    // compat(0.2.0): the 0.2.0 schema's claims, without start_by.
+    bool deadlines = workflows_schema_exists();
+    Statement& open_claim = deadlines ? statements::claim_job : statements::claim_job_0_2;
+    Statement& capped_claim =
+        deadlines ? statements::claim_job_capped : statements::claim_job_capped_0_2;
+    uint64 rows = execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
     if (rows > 0)
         return rows;
     Params check;
@@ -216,10 +253,10 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
         return 0;
     int32 room = capped_room(queue.datum);
     if (room < 0)  // the cap was lifted meanwhile
-        return execute(statements::claim_job, claim, SPI_OK_UPDATE_RETURNING);
+        return execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
     if (room == 0)
         return 0;
-    return execute(statements::claim_job_capped, claim_params(call, Min(call.batch, room), access),
+    return execute(capped_claim, claim_params(call, Min(call.batch, room), access),
                    SPI_OK_UPDATE_RETURNING);
 }
 
@@ -357,21 +394,17 @@ JOBCAP_FUNCTION(complete_and_claim, Duty::worker)
     done.no_output = schema_0_1 || PG_ARGISNULL(6);
     done.output = done.no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(6));
     reserve_claims(c.batch);
+    bool dependents = false;
     if (!schema_0_1 &&
         served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
             *stale = done.job;
-            return direct::complete(access, done);
-        }))
+            return direct::complete(access, done, &dependents);
+        })) {
+        release_after_direct(access, &done.job.job_id, dependents ? 1 : 0, done.job.now);
         return claim_and_return(fcinfo, access, function, c);
-    Params p;
-    p.add(Int64GetDatum(done.job.job_id)).add(Int64GetDatum(done.job.fence));
-    p.add(TimestampTzGetDatum(done.job.now)).add_caller(access);
-    if (!schema_0_1)
-        p.add(done.output, done.no_output);
+    }
     spi_open(access);
-    if (execute(schema_0_1 ? statements::complete_job_0_1 : statements::complete_job, p,
-                SPI_OK_UPDATE_RETURNING) == 0)
-        raise_not_current(access, function, done.job.job_id, done.job.fence);
+    complete_with_statements(access, function, done, schema_0_1);
     return claim_with_statements(fcinfo, access, function, c);
 }
 
@@ -392,8 +425,14 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     spi_open(access);
     // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
     bool controls = queues_paused_column_exists();
-    uint64 rows = execute(controls ? statements::claim_job_by_id : statements::claim_job_by_id_0_1,
-                          p, SPI_OK_UPDATE_RETURNING);
+    // compat(0.2.0): the 0.2.0 schema's claims, without start_by.
+    bool deadlines = workflows_schema_exists();
+    Statement& open_claim =
+        deadlines ? statements::claim_job_by_id : statements::claim_job_by_id_0_2;
+    Statement& capped_claim =
+        deadlines ? statements::claim_job_by_id_capped : statements::claim_job_by_id_capped_0_2;
+    uint64 rows = execute(controls ? open_claim : statements::claim_job_by_id_0_1, p,
+                          SPI_OK_UPDATE_RETURNING);
     if (rows == 0 && !controls) {
         check_job(access, function, job_id);
     } else if (rows == 0) {
@@ -409,9 +448,8 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
             if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
                 int32 room = capped_room(queue);
                 if (room != 0)
-                    rows = execute(
-                        room < 0 ? statements::claim_job_by_id : statements::claim_job_by_id_capped,
-                        p, SPI_OK_UPDATE_RETURNING);
+                    rows =
+                        execute(room < 0 ? open_claim : capped_claim, p, SPI_OK_UPDATE_RETURNING);
             }
         }
     }

@@ -48,8 +48,47 @@ constexpr int64 kMaxDeadBatch = 10000;
     " LEFT JOIN jobcap.queues q ON q.queue = j.queue"                                              \
     " ORDER BY f.failures DESC, f.last_at DESC, f.job_id"
 
-JOBCAP_STATEMENT(top_failing_jobs, TOP_FAILING_JOBS(JOBCAP_CAP),
+// compat(0.2.0): the 0.2.0 schema's (no kinds timed_out, snoozed).
+JOBCAP_STATEMENT(top_failing_jobs_0_2, TOP_FAILING_JOBS(JOBCAP_CAP),
                  {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+
+// On the 0.3.0 schema an attempt past its run-time limit (timed_out) is a crash too, and a
+// job's snoozes are shown (the last two columns, timed_out and snoozes): a job that keeps
+// snoozing is listed, after the failing ones, though a snooze within max_snoozes is no failure.
+// first_failure_at and last_failure_at stay the failures'.
+#define FAILED_KINDS "'error', 'lease_expired', 'crashed', 'claim_rolled_back', 'timed_out'"
+JOBCAP_STATEMENT(
+    top_failing_jobs,
+    "WITH f AS (SELECT e.job_id, count(*) FILTER (WHERE e.kind <> 'snoozed') AS failures,"
+    "     count(*) FILTER (WHERE e.kind = 'error') AS errors,"
+    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed',"
+    "       'timed_out')) AS crashes,"
+    "     count(*) FILTER (WHERE e.kind = 'timed_out') AS timed_out,"
+    "     count(*) FILTER (WHERE e.kind = 'snoozed') AS snoozes,"
+    "     min(e.at) FILTER (WHERE e.kind <> 'snoozed') AS first_at,"
+    "     max(e.at) FILTER (WHERE e.kind <> 'snoozed') AS last_at, max(e.at) AS latest"
+    "   FROM jobcap.job_errors e"
+    "   WHERE e.at > $2 AND e.at <= $3 AND e.kind IN (" FAILED_KINDS
+    ", 'snoozed')"
+    "     AND ($1::text IS NULL OR e.queue = $1)"
+    "   GROUP BY e.job_id"
+    "   ORDER BY 2 DESC, 6 DESC, max(e.at) DESC, e.job_id LIMIT $4)"
+    " SELECT f.job_id, j.queue, j.state, j.attempts, " JOBCAP_CAP
+    ","
+    "   f.failures, f.errors, f.crashes, f.first_at, f.last_at,"
+    "   ARRAY(SELECT CASE WHEN length(e.error) > " LAST_ERROR_CHARS
+    "       THEN left(e.error, " LAST_ERROR_CHARS
+    " - 3) || '...' ELSE e.error END"
+    "     FROM jobcap.job_errors e WHERE e.job_id = f.job_id"
+    "       AND e.kind IN (" FAILED_KINDS
+    ", 'snoozed')"
+    "     ORDER BY e.seq DESC LIMIT " LAST_ERRORS
+    "),"
+    "   f.timed_out, f.snoozes"
+    " FROM f JOIN jobcap.jobs j ON j.job_id = f.job_id"
+    " LEFT JOIN jobcap.queues q ON q.queue = j.queue"
+    " ORDER BY f.failures DESC, f.snoozes DESC, f.latest DESC, f.job_id",
+    {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 
 // compat(0.1.0): the same on the 0.1.0 schema (0.1.0's cap rule; its history has no
 // claim_rolled_back rows), between installing this library and ALTER EXTENSION jobcap UPDATE.
@@ -102,8 +141,14 @@ JOBCAP_STATEMENT(requeue_dead_0_1, REQUEUE_DEAD(""),
                  {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID,
                   TIMESTAMPTZOID, TEXTOID});
 
-// Deletes the cohort with its history, as retention does.
+// Deletes the cohort with its history (and its edges), as retention does.
 JOBCAP_STATEMENT(purge_dead, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
+    JOBCAP_DELETE_DOOMED_WITH_EDGES(" AND j.state = 'dead'")
+    " SELECT count(*)::int FROM gone",
+    {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+
+// compat(0.2.0): the same on the 0.2.0 schema, which has no edges.
+JOBCAP_STATEMENT(purge_dead_0_2, "WITH doomed AS MATERIALIZED (" DEAD_COHORT("FOR UPDATE OF j SKIP LOCKED") "),"
     JOBCAP_DELETE_DOOMED(" AND j.state = 'dead'")
     " SELECT count(*)::int FROM gone",
     {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
@@ -164,16 +209,23 @@ JOBCAP_FUNCTION(top_failing_jobs, Duty::operator_)
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
-    // compat(0.1.0): the 0.1.0 schema's cap rule.
-    uint64 rows = execute(queues_paused_column_exists() ? top_failing_jobs : top_failing_jobs_0_1,
+    // compat(0.1.0): the 0.1.0 schema's cap rule. compat(0.2.0): the 0.2.0 schema's kinds; the
+    // 0.2.0 declaration returns the first 11 columns (timed_out and snoozes are 0 beyond them).
+    uint64 rows = execute(workflows_schema_exists()       ? top_failing_jobs
+                          : queues_paused_column_exists() ? top_failing_jobs_0_2
+                                                          : top_failing_jobs_0_1,
                           p, SPI_OK_SELECT);
     if (rows == 0 && !all_queues)
         check_queue_exists(queue);
+    int columns = SPI_tuptable->tupdesc->natts;
+    int natts = Min(rsinfo->setDesc->natts, 13);
     for (uint64 r = 0; r < rows; ++r) {
-        Datum v[11];
-        bool n[11];
-        for (int c = 0; c < 11; ++c)
-            v[c] = result_column(r, c + 1, &n[c]);
+        Datum v[13];
+        bool n[13];
+        for (int c = 0; c < natts; ++c) {
+            n[c] = false;
+            v[c] = c < columns ? result_column(r, c + 1, &n[c]) : Int64GetDatum(0);
+        }
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     }
     spi_close(access);
@@ -217,7 +269,8 @@ JOBCAP_FUNCTION(purge_dead, Duty::operator_)
 
     spi_open(access);
     check_queue_exists(queue);
-    execute(purge_dead, p, SPI_OK_SELECT);
+    // compat(0.2.0): the 0.2.0 schema's, without edges.
+    execute(workflows_schema_exists() ? purge_dead : purge_dead_0_2, p, SPI_OK_SELECT);
     int32 purged = DatumGetInt32(result_column(0, 1));
     spi_close(access);
     PG_RETURN_INT32(purged);

@@ -9,6 +9,9 @@
 #include "spi/queue_lock.hpp"
 #include "spi/statements.hpp"
 #include "direct/direct.hpp"
+#include "housekeeping/workflows.hpp"
+#include "spi/history.hpp"
+#include "spi/schema.hpp"
 
 #include <algorithm>
 
@@ -16,6 +19,19 @@ namespace jobcap {
 namespace {
 constexpr std::size_t kMaxDedupeKey = 1024;
 constexpr int kMaxEnqueueBatch = 100000;
+
+// The workflow parameters (docs/workflows.md) of the 0.3.0 declarations, after the 0.2.0 ones:
+// depends_on, parent_outputs, max_run_time, start_by, in this order from these positions.
+// compat(0.2.0): a call through a 0.2.0 declaration passes none of them (PG_NARGS()).
+constexpr int kEnqueueJobWorkflow = 6;
+constexpr int kEnqueueJobsWorkflow = 5;
+
+// What an enqueue's workflow parameters ask for: the jobs it depends on (sorted, each once).
+struct Dependencies {
+    int64* ids;
+    int n;
+    bool pass_output;
+};
 
 // run_at, priority and max_attempts (arguments first..first+2), shared by both enqueues; the
 // time of the call is enqueued_at.
@@ -37,6 +53,72 @@ void add_schedule(Params& p, const EnqueueValues& v)
 {
     p.add(TimestampTzGetDatum(v.run_at)).add(Int32GetDatum(v.priority));
     p.add(Int32GetDatum(v.max_attempts), v.no_max_attempts);
+}
+
+// The workflow parameters from argument first on (depends_on, parent_outputs, max_run_time,
+// start_by), into v and *deps; none when the declaration has no such arguments (compat(0.2.0)).
+void read_workflow(FunctionCallInfo fcinfo, int first, EnqueueValues* v, Dependencies* deps)
+{
+    *deps = Dependencies{nullptr, 0, false};
+    v->no_start_by = v->no_max_run_time = true;
+    if (PG_NARGS() < first + 4)  // compat(0.2.0)
+        return;
+    if (!PG_ARGISNULL(first)) {
+        ArrayType* a = PG_GETARG_ARRAYTYPE_P(first);
+        int n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+        if (ARR_NDIM(a) > 1)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("depends_on must be a one-dimensional array")));
+        if (array_contains_nulls(a))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("depends_on must not contain nulls")));
+        if (n > core::kMaxDependsOn)
+            ereport(ERROR,
+                    (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("cannot depend on %d jobs", n),
+                     errhint("A job may depend on at most %d jobs; make a job that depends "
+                             "on some of them the one to depend on.",
+                             static_cast<int>(core::kMaxDependsOn))));
+        const int64* given = reinterpret_cast<const int64*>(ARR_DATA_PTR(a));
+        deps->ids = static_cast<int64*>(palloc(sizeof(int64) * Max(n, 1)));
+        for (int i = 0; i < n; ++i) {
+            if (given[i] <= 0)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("depends_on must hold job ids, not %lld",
+                                       static_cast<long long>(given[i]))));
+            deps->ids[i] = given[i];
+        }
+        std::sort(deps->ids, deps->ids + n);
+        deps->n = static_cast<int>(std::unique(deps->ids, deps->ids + n) - deps->ids);
+    }
+    deps->pass_output = DatumGetBool(arg_required(fcinfo, first + 1, "parent_outputs"));
+    if (deps->pass_output && deps->n == 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("parent_outputs needs depends_on"),
+                        errhint("A job receives the outputs of the jobs it depends on.")));
+    v->max_run_time = arg_span(fcinfo, first + 2, "max_run_time", false, true, &v->no_max_run_time);
+    v->no_start_by = PG_ARGISNULL(first + 3);
+    v->start_by = v->no_start_by ? 0 : PG_GETARG_TIMESTAMPTZ(first + 3);
+    if (!v->no_start_by && TIMESTAMP_NOT_FINITE(v->start_by))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("start_by must be a finite time")));
+}
+
+// The per-job workflow values of an INSERT that lists them (0.3.0): max_run_time, start_by.
+void add_deadlines(Params& p, const EnqueueValues& v)
+{
+    p.add(v.max_run_time, v.no_max_run_time);
+    p.add(TimestampTzGetDatum(v.start_by), v.no_start_by);
+}
+
+// Payloads that are to receive their parents' outputs must be JSON objects.
+void check_objects(const Datum* payloads, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (!JB_ROOT_IS_OBJECT(DatumGetJsonbP(payloads[i])))
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("payload must be a JSON object to receive its parents' outputs"),
+                     errdetail("parent_outputs adds the key \"parent_outputs\" to the payload.")));
 }
 
 // Every payload of enqueue_jobs within jobcap.max_payload_bytes (array elements are never
@@ -63,30 +145,81 @@ namespace statements {
 // Column 1 says whether to wake workers: only when a job was inserted (a dedupe hit enqueued
 // nothing, and re-enqueueing a dead key must leave the queue quiet). $8 = caller: a queue not
 // granted to it is no queue here (access.hpp).
-JOBCAP_STATEMENT(enqueue_job, "WITH q AS (SELECT queue, notify FROM jobcap.queues"
-    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"
-    " ins AS (INSERT INTO jobcap.jobs"
-    "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at)"
-    "         SELECT q.queue, $2, $3, $4, $5, $6, $7 FROM q"
-    "         ON CONFLICT (queue, dedupe_key)"
-    "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
-    "         DO NOTHING RETURNING job_id)"
-    " SELECT q.notify AND EXISTS (SELECT FROM ins), coalesce((SELECT job_id FROM ins),"
-    "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"
-    "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"
-    " FROM q",
-    {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+// DEADLINE_COLUMNS, DEADLINE_VALUES: the 0.3.0 columns max_run_time and start_by and their
+// parameters ($9, $10 for enqueue_job; $8, $9 for enqueue_jobs), "" on the 0.2.0 schema.
+#define ENQUEUE_JOB(DEADLINE_COLUMNS, DEADLINE_VALUES)                                             \
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"                                           \
+    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"                            \
+    " ins AS (INSERT INTO jobcap.jobs"                                                             \
+    "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at"          \
+    DEADLINE_COLUMNS ")"                                                                           \
+    "         SELECT q.queue, $2, $3, $4, $5, $6, $7" DEADLINE_VALUES " FROM q"                    \
+    "         ON CONFLICT (queue, dedupe_key)"                                                     \
+    "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"          \
+    "         DO NOTHING RETURNING job_id)"                                                        \
+    " SELECT q.notify AND EXISTS (SELECT FROM ins), coalesce((SELECT job_id FROM ins),"            \
+    "        (SELECT j.job_id FROM jobcap.jobs j WHERE $6 IS NOT NULL AND j.queue = $1"            \
+    "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"     \
+    " FROM q"
+
+JOBCAP_STATEMENT(enqueue_job, ENQUEUE_JOB(", max_run_time, start_by", ", $9, $10"),
+                 {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
+                  OIDOID, INTERVALOID, TIMESTAMPTZOID},
+                 PlanKind::generic);
+
+// compat(0.2.0): the 0.2.0 schema's, without max_run_time and start_by.
+JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
+                 {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
+                  OIDOID},
+                 PlanKind::generic);
 
 // Many jobs, one statement: ids come back in the order of the payloads. $7 = caller.
-JOBCAP_STATEMENT(enqueue_jobs, "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+#define ENQUEUE_JOBS(DEADLINE_COLUMNS, DEADLINE_VALUES)                                            \
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"                                           \
+    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"                            \
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at" \
+    DEADLINE_COLUMNS ")"                                                                           \
+    "         SELECT q.queue, p.payload, $3, $4, $5, $6" DEADLINE_VALUES                           \
+    "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"         \
+    "         RETURNING job_id)"                                                                   \
+    " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"        \
+    " FROM q"
+
+JOBCAP_STATEMENT(enqueue_jobs, ENQUEUE_JOBS(", max_run_time, start_by", ", $8, $9"),
+                 {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
+                  INTERVALOID, TIMESTAMPTZOID},
+                 PlanKind::generic);
+
+// compat(0.2.0): the 0.2.0 schema's, without max_run_time and start_by.
+JOBCAP_STATEMENT(enqueue_jobs_0_2, ENQUEUE_JOBS("", ""),
+                 {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
+                 PlanKind::generic);
+
+// Jobs that depend on others ($12, their ids; $11: pass their outputs): inserted waiting,
+// pending (every one of them succeeded already) or cancelled (one is dead or cancelled: $13 is
+// the reason, kept in the history), $10 the state and $14 how many have not succeeded. The
+// columns of enqueue_jobs' INSERT, plus the state, the count and the deadlines ($8, $9). $7 =
+// caller.
+JOBCAP_STATEMENT(
+    enqueue_dependents,
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"
-    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at)"
-    "         SELECT q.queue, p.payload, $3, $4, $5, $6"
+    " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at,"
+    "           max_run_time, start_by, state, waiting_on, finished_at)"
+    "         SELECT q.queue, p.payload, $3, $4, $5, $6, $8, $9, $10::jobcap.job_state, $14,"
+    "           CASE WHEN $10 = 'cancelled' THEN $6 END"
     "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
-    "         RETURNING job_id)"
-    " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
+    "         RETURNING job_id, queue, attempts, fence, NULL::text AS worker),"
+    " edges AS (INSERT INTO jobcap.job_dependencies (depends_on, job_id, pass_output)"
+    "         SELECT d.id, i.job_id, $11 FROM ins i, unnest($12::bigint[]) AS d(id)),"
+    " gone AS (SELECT * FROM ins WHERE $10 = 'cancelled'),"
+    JOBCAP_HISTORY_CTES("gone", "'cancelled'", "$13", "$6")
+    " SELECT q.notify AND $10 = 'pending',"
+    "   coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
     " FROM q",
-    {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
+    {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
+     INTERVALOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8ARRAYOID, TEXTOID, INT4OID},
+    PlanKind::generic);
 
 }  // namespace statements
 
@@ -110,6 +243,73 @@ void check_queue_survived(const NameArg& queue)
                  "could not enqueue into queue \"%s\": it was dropped by a concurrent transaction",
                  queue.cstr),
              errhint("Retry the transaction.")));
+}
+
+// The enqueue of jobs that depend on others (the SQL statements only), inside an open SPI
+// connection, after the queue lock: the jobs depended on locked and marked, then the new jobs
+// inserted waiting, pending or cancelled with their edges (docs/workflows.md). payloads: a
+// jsonb[]. Returns the new ids (an int8[] outside SPI's memory) and sets *notify.
+Datum enqueue_with_dependencies(const Access& access, const char* function, const NameArg& queue,
+                                Datum payloads, const EnqueueValues& v, const Dependencies& deps,
+                                bool* notify)
+{
+    Datum parents = int8_array(deps.ids, deps.n);
+    DependedOn on = lock_depended_on(access, deps.ids, deps.n);
+    if (on.missing != 0) {
+        if (!access.privileged)
+            deny_job(function, on.missing);
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("cannot depend on job %lld: it does not exist",
+                               static_cast<long long>(on.missing)),
+                        errhint("A job can depend only on jobs enqueued before it (so no cycle "
+                                "can form).")));
+    }
+    if (on.denied != 0)
+        deny_job(function, on.denied);
+    int64 cause = on.cause;
+    bool cause_dead = on.cause_dead;
+    int waiting = on.waiting;
+    const char* state = cause != 0 ? "cancelled" : waiting > 0 ? "waiting" : "pending";
+    Params p;
+    p.add(queue.datum).add(payloads);
+    add_schedule(p, v);
+    p.add(TimestampTzGetDatum(v.now)).add_caller(access);
+    add_deadlines(p, v);
+    p.add(CStringGetTextDatum(state)).add(BoolGetDatum(deps.pass_output)).add(parents);
+    p.add(cause == 0 ? (Datum) 0
+                     : CStringGetTextDatum(psprintf("job %lld, which it depends on, %s",
+                                                    static_cast<long long>(cause),
+                                                    cause_dead ? "is dead" : "was cancelled")),
+          cause == 0);
+    p.add(Int32GetDatum(waiting));
+    if (execute(statements::enqueue_dependents, p, SPI_OK_SELECT) == 0) {
+        check_queue(access, function, queue.datum, queue.cstr);
+        raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
+    }
+    *notify = DatumGetBool(result_column(0, 1));
+    Datum ids = SPI_datumTransfer(result_column(0, 2), false, -1);
+    // Every job depended on has succeeded already: the outputs go in now.
+    if (strcmp(state, "pending") == 0 && deps.pass_output) {
+        ArrayType* a = DatumGetArrayTypeP(ids);
+        pass_parent_outputs(reinterpret_cast<int64*>(ARR_DATA_PTR(a)),
+                            ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)));
+    }
+    return ids;
+}
+
+// enqueue_job's and enqueue_jobs' refusals for a job that depends on others.
+void check_dependent(const Dependencies& deps, bool has_dedupe_key, const Datum* payloads, int n)
+{
+    if (deps.n == 0)
+        return;
+    if (has_dedupe_key)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("a job with depends_on cannot have a dedupe_key"),
+                        errdetail("A waiting job holds no dedupe key, so two of them could become "
+                                  "pending with the same one."),
+                        errhint("Give the key to a job it depends on, or leave it out.")));
+    if (deps.pass_output)
+        check_objects(payloads, n);
 }
 
 }  // namespace
@@ -137,8 +337,24 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
         p.add(PointerGetDatum(key));
     }
     p.add(TimestampTzGetDatum(v.now)).add_caller(access);
+    Dependencies deps;
+    read_workflow(fcinfo, kEnqueueJobWorkflow, &v, &deps);
+    check_dependent(deps, !PG_ARGISNULL(5), &payload, 1);
 
     lock_queue_for_insert(queue.datum);
+    if (deps.n > 0) {
+        bool notify = false;
+        spi_open(access);
+        Datum ids = enqueue_with_dependencies(
+            access, function, queue,
+            PointerGetDatum(construct_array(&payload, 1, JSONBOID, -1, false, TYPALIGN_INT)), v,
+            deps, &notify);
+        check_queue_survived(queue);
+        spi_close(access);
+        if (notify)
+            Async_Notify("jobcap", queue.cstr);
+        PG_RETURN_INT64(reinterpret_cast<int64*>(ARR_DATA_PTR(DatumGetArrayTypeP(ids)))[0]);
+    }
     // A dedupe key needs the SQL statement's ON CONFLICT (speculative insertion).
     if (PG_ARGISNULL(5) && direct::usable(function, direct::Need::insert)) {
         v.lists_dedupe_key = true;
@@ -151,12 +367,17 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
         }
     }
     spi_open(access);
+    // compat(0.2.0): the 0.2.0 schema's statement, without max_run_time and start_by.
+    bool deadlines = workflows_schema_exists();
+    if (deadlines)
+        add_deadlines(p, v);
     int64 job_id = 0;
     bool notify = false;
     // A miss happens only when a job holding the key commits between the insert's conflict
     // check and the lookup; at READ COMMITTED the next try sees it.
     for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
-        if (execute(statements::enqueue_job, p, SPI_OK_SELECT) == 0) {
+        if (execute(deadlines ? statements::enqueue_job : statements::enqueue_job_0_2, p,
+                    SPI_OK_SELECT) == 0) {
             // Raises unless the queue appeared since the statement's snapshot: then retry.
             check_queue(access, function, queue.datum, queue.cstr);
             continue;
@@ -202,8 +423,22 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     p.add(queue.datum).add(payloads_arg);
     add_schedule(p, v);
     p.add(TimestampTzGetDatum(v.now)).add_caller(access);
+    Dependencies deps;
+    read_workflow(fcinfo, kEnqueueJobsWorkflow, &v, &deps);
+    check_dependent(deps, false, elems, n);
 
     lock_queue_for_insert(queue.datum);
+    if (deps.n > 0) {
+        bool notify = false;
+        spi_open(access);
+        Datum ids =
+            enqueue_with_dependencies(access, function, queue, payloads_arg, v, deps, &notify);
+        check_queue_survived(queue);
+        spi_close(access);
+        if (notify && count > 0)
+            Async_Notify("jobcap", queue.cstr);
+        PG_RETURN_DATUM(ids);
+    }
     if (direct::usable(function, direct::Need::insert)) {
         int64* ids = static_cast<int64*>(palloc(sizeof(int64) * Max(n, 1)));
         bool notify = false;
@@ -223,7 +458,12 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
         }
     }
     spi_open(access);
-    if (execute(statements::enqueue_jobs, p, SPI_OK_SELECT) == 0) {
+    // compat(0.2.0): the 0.2.0 schema's statement, without max_run_time and start_by.
+    bool deadlines = workflows_schema_exists();
+    if (deadlines)
+        add_deadlines(p, v);
+    if (execute(deadlines ? statements::enqueue_jobs : statements::enqueue_jobs_0_2, p,
+                SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);
         raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
     }

@@ -27,4 +27,16 @@ bool served_directly(Access& access, const char* function, direct::Need need, Ca
     return true;
 }
 
+// complete_job and complete_and_claim's completion with the SQL statements, inside an open SPI
+// connection: the fenced compare-and-swap (raising the stale-fence error), then the release of
+// the jobs that wait for this one (housekeeping/workflows.hpp). schema_0_1: the 0.1.0 declaration
+// (no output).
+// Returns the new state.
+Datum complete_with_statements(Access& access, const char* function, const CompleteCall& c,
+                               bool schema_0_1);
+
+// After the direct path completed ids[0..n) (the completed jobs that others depend on): their
+// release, with the SQL statements. Nothing when n is 0.
+void release_after_direct(Access& access, const int64* ids, int n, TimestampTz now);
+
 }  // namespace jobcap

@@ -70,7 +70,8 @@ const PerQueue kWindowCounts[] = {
      "Distinct jobs that reported an error in the window: four poison jobs are 4."},
     {"jobcap_window_lost_leases", &QueueStats::lost_leases, false,
      "Attempts that ended without a report in the window: a lease that expired (killed, hung, "
-     "timed out) or a claim that rolled back."},
+     "timed out), a claim that rolled back, a crash seen by the worker, or an attempt past its "
+     "max_run_time."},
     {"jobcap_window_crashed_jobs", &QueueStats::crashed_jobs, false,
      "Distinct jobs that lost a lease or rolled back a claim in the window."},
 };
@@ -96,11 +97,13 @@ JOBCAP_FUNCTION(metrics, Duty::operator_)
     initStringInfo(&out);
     help_and_type(&out, "jobcap_jobs", "gauge",
                   "Jobs in each state now; pending counts due jobs, scheduled those whose "
-                  "run_at is ahead, dead those kept until requeued or pruned.");
-    static const char* const kStates[] = {"pending", "scheduled", "running", "dead"};
+                  "run_at is ahead, waiting those that wait for jobs they depend on, dead those "
+                  "kept until requeued or pruned.");
+    static const char* const kStates[] = {"pending", "scheduled", "running", "dead", "waiting"};
     for (uint64 r = 0; r < rows; ++r) {
-        int64 n[] = {stats[r].pending, stats[r].scheduled, stats[r].running, stats[r].dead};
-        for (int s = 0; s < 4; ++s)
+        int64 n[] = {stats[r].pending, stats[r].scheduled, stats[r].running, stats[r].dead,
+                     stats[r].waiting};
+        for (int s = 0; s < 5; ++s)
             sample(&out, "jobcap_jobs", stats[r].queue, "state", kStates[s], (double) n[s]);
     }
     help_and_type(&out, "jobcap_queue_paused", "gauge",

@@ -6,13 +6,27 @@
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/queue_lock.hpp"
+#include "spi/schema.hpp"
+#include "housekeeping/workflows.hpp"
 
 namespace jobcap {
 namespace {
 
-// $7 = max_running: NULL or 0 for no limit.
+// $7 = max_running: NULL or 0 for no limit. $8 = max_snoozes, $9 = max_run_time (NULL or 0: no
+// limit).
 JOBCAP_STATEMENT(
     insert_queue,
+    "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
+    "   max_running, max_snoozes, max_run_time)"
+    " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), $8, nullif($9, interval '0'))"
+    " ON CONFLICT (queue) DO NOTHING",
+    {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID, INT4OID,
+     INTERVALOID});
+
+// compat(0.2.0): the same on the 0.2.0 schema (no max_snoozes, max_run_time), for its
+// seven-argument declarations.
+JOBCAP_STATEMENT(
+    insert_queue_0_2,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
     "   max_running)"
     " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0)) ON CONFLICT (queue) DO NOTHING",
@@ -33,13 +47,24 @@ JOBCAP_STATEMENT(lock_queue,
 
 // A lower max_attempts binds every job of the queue at once and ends the budgets requeue_job
 // granted before it: cap_epoch counts the lowerings (src/spi/cap.hpp).
+#define UPDATE_QUEUE(WORKFLOW_SET)                                                                 \
+    "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"                          \
+    " cap_epoch = cap_epoch + (coalesce($2, max_attempts) < max_attempts)::int,"                   \
+    " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"                     \
+    " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"                     \
+    " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END" WORKFLOW_SET     \
+    " WHERE queue = $1"
+
+// $8 = max_snoozes, $9 = max_run_time (0: no limit); NULL keeps either.
 JOBCAP_STATEMENT(update_queue,
-                 "UPDATE jobcap.queues SET max_attempts = coalesce($2, max_attempts),"
-                 " cap_epoch = cap_epoch + (coalesce($2, max_attempts) < max_attempts)::int,"
-                 " lease = coalesce($3, lease), backoff_base = coalesce($4, backoff_base),"
-                 " backoff_max = coalesce($5, backoff_max), notify = coalesce($6, notify),"
-                 " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END"
-                 " WHERE queue = $1",
+                 UPDATE_QUEUE(", max_snoozes = coalesce($8, max_snoozes),"
+                              " max_run_time = CASE WHEN $9 IS NULL THEN max_run_time"
+                              "   ELSE nullif($9, interval '0') END"),
+                 {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID,
+                  INT4OID, INTERVALOID});
+
+// compat(0.2.0): update_queue's.
+JOBCAP_STATEMENT(update_queue_0_2, UPDATE_QUEUE(""),
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID});
 
 // compat(0.1.0): update_queue's.
@@ -75,7 +100,21 @@ JOBCAP_STATEMENT(lock_queue_jobs,
                  "  FROM (SELECT state FROM jobcap.jobs WHERE queue = $1 FOR UPDATE) j",
                  {TEXTOID});
 
+// On the 0.3.0 schema the queue's jobs' edges go with them, and the jobs of other queues that
+// waited for one of them are cancelled (cancel_dependents, with the ids this returns).
 JOBCAP_STATEMENT(delete_queue,
+                 "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1"
+                 "   RETURNING job_id, waiting_on IS NOT NULL AS dependent, has_dependents),"
+                 " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1),"
+                 " edges AS (DELETE FROM jobcap.job_dependencies d"
+                 "   WHERE d.job_id = ANY (ARRAY(SELECT job_id FROM jobs WHERE dependent))),"
+                 " queue AS (DELETE FROM jobcap.queues WHERE queue = $1)"
+                 " SELECT coalesce(array_agg(job_id) FILTER (WHERE has_dependents), '{}')"
+                 "   FROM jobs",
+                 {TEXTOID});
+
+// compat(0.2.0): the 0.2.0 schema's, which has no edges.
+JOBCAP_STATEMENT(delete_queue_0_2,
                  "WITH jobs AS (DELETE FROM jobcap.jobs WHERE queue = $1),"
                  " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1)"
                  " DELETE FROM jobcap.queues WHERE queue = $1",
@@ -92,7 +131,16 @@ struct QueueSettings {
     bool has_max_running;  // compat(0.1.0): the 0.1.0 declarations have no max_running
     int32 max_running;     // 0: no limit
     bool no_max_running;
+    bool has_workflow;  // compat(0.2.0): the 0.2.0 declarations have neither of these two
+    int32 max_snoozes;
+    bool no_max_snoozes;
+    Datum max_run_time;  // a zero interval: no limit
+    bool no_max_run_time;
 };
+
+// The positions of max_snoozes and max_run_time in create_queue and alter_queue, after the
+// 0.2.0 parameters (docs/workflows.md).
+constexpr int kQueueWorkflow = 7;
 
 // With `required`, every setting but the cap must be given (create_queue's defaults are in its
 // signature) and a missing cap is jobcap.default_max_attempts.
@@ -128,6 +176,21 @@ QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
                         errmsg("max_running must be between 0 and %d, not %d",
                                static_cast<int>(core::kMaxRunning), q.max_running),
                         errhint("0 (or NULL when creating the queue) means no limit.")));
+    // compat(0.2.0): max_snoozes and max_run_time are new in 0.3.0; the 0.2.0 declarations pass
+    // seven arguments and run on the 0.2.0 schema (insert_queue_0_2, update_queue_0_2).
+    q.has_workflow = PG_NARGS() >= kQueueWorkflow + 2;
+    if (!q.has_workflow)
+        return q;
+    q.no_max_snoozes = PG_ARGISNULL(kQueueWorkflow);
+    check_given("max_snoozes", q.no_max_snoozes);
+    q.max_snoozes = q.no_max_snoozes ? 0 : PG_GETARG_INT32(kQueueWorkflow);
+    if (q.max_snoozes < 0 || q.max_snoozes > core::kMaxSnoozes)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_snoozes must be between 0 and %d, not %d",
+                               static_cast<int>(core::kMaxSnoozes), q.max_snoozes),
+                        errhint("0 makes every snooze count as an attempt.")));
+    q.max_run_time =
+        arg_span(fcinfo, kQueueWorkflow + 1, "max_run_time", true, true, &q.no_max_run_time);
     return q;
 }
 
@@ -140,6 +203,10 @@ Params queue_settings_params(const QueueSettings& q)
     p.add(q.backoff_max, q.no_backoff_max).add(q.notify, q.no_notify);
     if (q.has_max_running)
         p.add(Int32GetDatum(q.max_running), q.no_max_running);
+    if (q.has_workflow) {
+        p.add(Int32GetDatum(q.max_snoozes), q.no_max_snoozes);
+        p.add(q.max_run_time, q.no_max_run_time);
+    }
     return p;
 }
 
@@ -179,9 +246,12 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
     check_backoff(q.backoff_base, q.backoff_max);
 
     spi_open(access);
-    // compat(0.1.0): the 0.1.0 declaration's insert, without max_running.
-    if (execute(q.has_max_running ? insert_queue : insert_queue_0_1, queue_settings_params(q),
-                SPI_OK_INSERT) == 0)
+    // compat(0.1.0): the 0.1.0 declaration's insert, without max_running. compat(0.2.0): the
+    // 0.2.0 declaration's, without max_snoozes and max_run_time.
+    Statement& insert = q.has_workflow      ? insert_queue
+                        : q.has_max_running ? insert_queue_0_2
+                                            : insert_queue_0_1;
+    if (execute(insert, queue_settings_params(q), SPI_OK_INSERT) == 0)
         ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                         errmsg("queue \"%s\" already exists", q.queue.cstr),
                         errhint("Change its settings with jobcap.alter_queue.")));
@@ -200,9 +270,12 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
         raise_unknown_queue(q.queue.cstr);
     check_backoff(q.no_backoff_base ? result_column(0, 1) : q.backoff_base,
                   q.no_backoff_max ? result_column(0, 2) : q.backoff_max);
-    // compat(0.1.0): the 0.1.0 declaration's update, without max_running.
-    execute(q.has_max_running ? update_queue : update_queue_0_1, queue_settings_params(q),
-            SPI_OK_UPDATE);
+    // compat(0.1.0): the 0.1.0 declaration's update, without max_running. compat(0.2.0): the
+    // 0.2.0 declaration's, without max_snoozes and max_run_time.
+    Statement& update = q.has_workflow      ? update_queue
+                        : q.has_max_running ? update_queue_0_2
+                                            : update_queue_0_1;
+    execute(update, queue_settings_params(q), SPI_OK_UPDATE);
     spi_close(access);
     PG_RETURN_VOID();
 }
@@ -234,7 +307,15 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
              errmsg("queue \"%s\" has pending or running jobs", queue.cstr),
              errhint(
                  "Wait for them to finish, cancel them, or drop the queue with force => true.")));
-    execute(delete_queue, p, SPI_OK_DELETE);
+    // compat(0.2.0): the 0.2.0 schema's, without edges.
+    if (!workflows_schema_exists()) {
+        execute(delete_queue_0_2, p, SPI_OK_DELETE);
+    } else {
+        execute(delete_queue, p, SPI_OK_SELECT);
+        ArrayType* a = DatumGetArrayTypePCopy(result_column(0, 1));
+        cancel_dependents(reinterpret_cast<int64*>(ARR_DATA_PTR(a)),
+                          ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), GetCurrentTimestamp());
+    }
     spi_close(access);
     PG_RETURN_VOID();
 }

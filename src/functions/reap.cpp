@@ -6,6 +6,19 @@
 #include "spi/args.hpp"
 #include "spi/plans.hpp"
 
+namespace {
+
+// A reaped job into reap_jobs' result.
+void put_reaped(void* arg, Datum job_id, Datum queue, Datum state)
+{
+    ReturnSetInfo* rsinfo = static_cast<ReturnSetInfo*>(arg);
+    Datum values[3] = {job_id, queue, state};
+    bool nulls[3] = {false, false, false};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+}  // namespace
+
 using namespace jobcap;
 
 JOBCAP_FUNCTION(reap_jobs, Duty::operator_)
@@ -15,12 +28,7 @@ JOBCAP_FUNCTION(reap_jobs, Duty::operator_)
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
-    uint64 rows = reap(max_jobs);
-    for (uint64 r = 0; r < rows; ++r) {
-        Datum values[3] = {result_column(r, 1), result_column(r, 2), result_column(r, 3)};
-        bool nulls[3] = {false, false, false};
-        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-    }
+    reap(max_jobs, put_reaped, rsinfo);
     spi_close(access);
     return (Datum) 0;
 }

@@ -15,18 +15,26 @@
 #include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "spi/cap.hpp"
+#include "housekeeping/workflows.hpp"
 
 namespace jobcap {
 namespace statements {
 
-// $5 = output (already bounded: kept_output), NULL for none.
-JOBCAP_STATEMENT(
-    complete_job,
-    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"
-    "   output = $5"
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
-    {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
+// $5 = output (already bounded: kept_output), NULL for none. Column 2: whether jobs wait for
+// this one (their release follows: housekeeping/workflows.hpp), read from the version the
+// UPDATE locked, so that a dependent enqueued while the completion waited for the row counts.
+#define COMPLETE_JOB(DEPENDENTS)                                                                   \
+    "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"       \
+    "   output = $5"                                                                               \
+    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"                                      \
+    "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state, " DEPENDENTS
+
+JOBCAP_STATEMENT(complete_job, COMPLETE_JOB("has_dependents"),
+                 {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
+
+// compat(0.2.0): the same on the 0.2.0 schema, where nothing depends on a job.
+JOBCAP_STATEMENT(complete_job_0_2, COMPLETE_JOB("NULL::boolean"),
+                 {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID, JSONBOID}, PlanKind::generic);
 
 // compat(0.1.0): complete_job of the 0.1.0 schema (no output column), for the 0.1.0 declarations
 // that call this library between its installation and ALTER EXTENSION jobcap UPDATE.
@@ -74,6 +82,11 @@ JOBCAP_STATEMENT(fail_job_0_1, FAIL_THE_ATTEMPT("'error'", JOBCAP_CAP_0_1),
 JOBCAP_STATEMENT(crash_job, FAIL_THE_ATTEMPT("'crashed'", JOBCAP_CAP),
                  {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
+// The worker's own hard time limit ended the handler: an attempt that counts, recorded as the
+// background worker records an attempt past its max_run_time.
+JOBCAP_STATEMENT(time_out_job, FAIL_THE_ATTEMPT("'timed_out'", JOBCAP_CAP),
+                 {INT8OID, INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, OIDOID},
+                 PlanKind::generic);
 
 // A claimed job whose handler never started goes back: pending, the claim's attempt given back
 // (the claim counted it), the lease dropped. The fence stays where the claim put it, and the job
@@ -95,20 +108,36 @@ JOBCAP_STATEMENT(release_job,
 // twice, once with a stale fence, still raises); the caller then raises, and nothing of the batch
 // commits. $1 = job ids, $2 = fences, $3 = now, $4 = caller: a job of a queue not granted to it
 // is not settled either, and raise_not_current then refuses it with 42501.
-// $5 = outputs (NULL: none; else as long as $1, each already bounded).
-JOBCAP_STATEMENT(complete_jobs, "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[])"
-    "                 WITH ORDINALITY AS i(job_id, fence, output, n)),"
-    " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"
-    "     lease_expires_at = NULL, output = i.output"
-    "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') IS TRUE"
-    "     AND " JOBCAP_MAY_WORK("$4", "j.queue")
-    "   RETURNING j.job_id, j.fence)"
-    " SELECT c.settled, m.job_id, m.fence"
-    "   FROM (SELECT count(*)::int AS settled FROM settled) c"
-    "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"
-    "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = i.job_id AND s.fence = i.fence)"
-    "      ORDER BY i.n LIMIT 1) m ON true",
-    {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID}, PlanKind::steered);
+// $5 = outputs (NULL: none; else as long as $1, each already bounded). Column 4: the completed
+// jobs that others wait for (released next: housekeeping/workflows.hpp), NULL for none.
+#define COMPLETE_JOBS(DEPENDENTS)                                                                  \
+    "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $5::jsonb[])"                 \
+    "                 WITH ORDINALITY AS i(job_id, fence, output, n)),"                            \
+    " settled AS (UPDATE jobcap.jobs j SET state = 'succeeded', finished_at = $3,"                 \
+    "     lease_expires_at = NULL, output = i.output"                                              \
+    "   FROM input i WHERE j.job_id = i.job_id AND (j.fence = i.fence AND j.state = 'running') "   \
+    "IS "                                                                                          \
+    "TRUE"                                                                                         \
+    "     AND " JOBCAP_MAY_WORK(                                                                   \
+        "$4", "j.queue") "   RETURNING j.job_id, j.fence, " DEPENDENTS                             \
+                         " AS dependents)"                                                         \
+                         " SELECT c.settled, m.job_id, m.fence,"                                   \
+                         "   (SELECT array_agg(s.job_id) FROM settled s WHERE s.dependents)"       \
+                         "   FROM (SELECT count(*)::int AS settled FROM settled) c"                \
+                         "   LEFT JOIN LATERAL (SELECT i.job_id, i.fence FROM input i"             \
+                         "      WHERE NOT EXISTS (SELECT FROM settled s WHERE s.job_id = "         \
+                         "i.job_id AND s.fence = "                                                 \
+                         "i.fence)"                                                                \
+                         "      ORDER BY i.n LIMIT 1) m ON true"
+
+JOBCAP_STATEMENT(complete_jobs, COMPLETE_JOBS("j.has_dependents"),
+                 {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID},
+                 PlanKind::steered);
+
+// compat(0.2.0): the same on the 0.2.0 schema, where nothing depends on a job.
+JOBCAP_STATEMENT(complete_jobs_0_2, COMPLETE_JOBS("NULL::boolean"),
+                 {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID, OIDOID, JSONBARRAYOID},
+                 PlanKind::steered);
 
 // compat(0.1.0): complete_jobs of the 0.1.0 schema (no output column), for its two-argument
 // declaration.
@@ -241,8 +270,14 @@ Datum fail_attempt(Access& access, Statement& s, const char* function, const Fai
             *stale = f.job;
             return direct::fail(access, f, &state, &wake);
         })) {
-        if (wake != nullptr)
+        if (wake != nullptr) {
             Async_Notify("jobcap", wake);
+        } else if (job_state_is(state, "dead")) {
+            // A job that died takes the jobs waiting for it with it.
+            spi_open(access);
+            cancel_dependents(&f.job.job_id, 1, f.job.now);
+            spi_close(access);
+        }
         return state;
     }
     Params p;
@@ -253,6 +288,8 @@ Datum fail_attempt(Access& access, Statement& s, const char* function, const Fai
         raise_not_current(access, function, f.job.job_id, f.job.fence);
     state = result_column(0, 1);
     wake = DatumGetBool(result_column(0, 2)) ? spi_copy_cstring(result_column(0, 3)) : nullptr;
+    if (job_state_is(state, "dead"))
+        cancel_dependents(&f.job.job_id, 1, f.job.now);
     spi_close(access);
     if (wake != nullptr)
         Async_Notify("jobcap", wake);
@@ -260,6 +297,36 @@ Datum fail_attempt(Access& access, Statement& s, const char* function, const Fai
 }
 
 }  // namespace
+
+Datum complete_with_statements(Access& access, const char* function, const CompleteCall& c,
+                               bool schema_0_1)
+{
+    Params p = fenced_params(c.job, access);
+    // compat(0.1.0): the 0.1.0 schema's statement, without output. compat(0.2.0): the 0.2.0
+    // schema's, where nothing depends on a job.
+    Statement& s = schema_0_1                  ? statements::complete_job_0_1
+                   : workflows_schema_exists() ? statements::complete_job
+                                               : statements::complete_job_0_2;
+    if (!schema_0_1)
+        p.add(c.output, c.no_output);
+    if (execute(s, p, SPI_OK_UPDATE_RETURNING) == 0)
+        raise_not_current(access, function, c.job.job_id, c.job.fence);
+    Datum state = result_column(0, 1);
+    bool none = schema_0_1;
+    Datum dependents = none ? (Datum) 0 : result_column(0, 2, &none);
+    if (!none && DatumGetBool(dependents))
+        release_dependents(&c.job.job_id, 1, c.job.now);
+    return state;
+}
+
+void release_after_direct(Access& access, const int64* ids, int n, TimestampTz now)
+{
+    if (n == 0)
+        return;
+    spi_open(access);
+    release_dependents(ids, n, now);
+    spi_close(access);
+}
 
 }  // namespace jobcap
 
@@ -269,22 +336,24 @@ JOBCAP_FUNCTION(complete_job, Duty::worker)
 {
     CompleteCall c = {};
     c.job = read_fenced(fcinfo);
-    Params p = fenced_params(c.job, access);
     // compat(0.1.0): the 0.1.0 declaration (two arguments) runs on the 0.1.0 schema, which has
     // no output column yet.
-    if (PG_NARGS() < 3)
-        return compare_and_swap(access, statements::complete_job_0_1, function, c.job, p,
-                                SPI_OK_UPDATE_RETURNING);
-    c.no_output = PG_ARGISNULL(2);
+    bool schema_0_1 = PG_NARGS() < 3;
+    c.no_output = schema_0_1 || PG_ARGISNULL(2);
     c.output = c.no_output ? (Datum) 0 : kept_output(PG_GETARG_DATUM(2));
-    if (served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
+    bool dependents = false;
+    if (!schema_0_1 &&
+        served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
             *stale = c.job;
-            return direct::complete(access, c);
-        }))
+            return direct::complete(access, c, &dependents);
+        })) {
+        release_after_direct(access, &c.job.job_id, dependents ? 1 : 0, c.job.now);
         return direct::succeeded_state();
-    p.add(c.output, c.no_output);
-    return compare_and_swap(access, statements::complete_job, function, c.job, p,
-                            SPI_OK_UPDATE_RETURNING);
+    }
+    spi_open(access);
+    Datum state = complete_with_statements(access, function, c, schema_0_1);
+    spi_close(access);
+    return state;
 }
 
 JOBCAP_FUNCTION(fail_job, Duty::worker)
@@ -302,6 +371,13 @@ JOBCAP_FUNCTION(crash_job, Duty::worker)
     // No retry_in: a crash waits out the queue's backoff.
     FailCall f = read_failure(fcinfo, "crashed");
     return fail_attempt(access, statements::crash_job, function, f, true);
+}
+
+JOBCAP_FUNCTION(time_out_job, Duty::worker)
+{
+    // No retry_in: a time-out waits out the queue's backoff, as a crash does.
+    FailCall f = read_failure(fcinfo, "timed_out");
+    return fail_attempt(access, statements::time_out_job, function, f, true);
 }
 
 JOBCAP_FUNCTION(release_job, Duty::worker)
@@ -376,6 +452,8 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
         no_outputs ? (Datum) 0 : kept_outputs(DatumGetArrayTypeP(PG_GETARG_DATUM(2)), count);
     TimestampTz now = GetCurrentTimestamp();
     int settled = 0;
+    int64* dependents = static_cast<int64*>(palloc(sizeof(int64) * Max(count, 1)));
+    int ndependents = 0;
     if (!schema_0_1 &&
         served_directly(access, function, direct::Need::update, [&](FencedCall* stale) {
             int64* job_ids = reinterpret_cast<int64*>(ARR_DATA_PTR(ids));
@@ -388,26 +466,38 @@ JOBCAP_FUNCTION(complete_jobs, Duty::worker)
                                   &kept, &no_kept, &n);
             }
             int i = direct::complete_many(access, job_ids, job_fences, kept, no_kept, count, now,
-                                          &settled);
+                                          &settled, dependents, &ndependents);
             if (i >= 0)
                 *stale = FencedCall{job_ids[i], job_fences[i], now};
             return i < 0;
-        }))
+        })) {
+        release_after_direct(access, dependents, ndependents, now);
         PG_RETURN_INT32(settled);
+    }
     Params p;
     p.add(PointerGetDatum(ids)).add(PointerGetDatum(fences));
     p.add(TimestampTzGetDatum(now)).add_caller(access);
     if (!schema_0_1)
         p.add(outputs, no_outputs);
     spi_open(access);
-    execute(schema_0_1 ? statements::complete_jobs_0_1 : statements::complete_jobs, p,
-            SPI_OK_SELECT);
+    // compat(0.2.0): the 0.2.0 schema's statement, where nothing depends on a job.
+    execute(schema_0_1                  ? statements::complete_jobs_0_1
+            : workflows_schema_exists() ? statements::complete_jobs
+                                        : statements::complete_jobs_0_2,
+            p, SPI_OK_SELECT);
     settled = DatumGetInt32(result_column(0, 1));
     bool all_current = false;
     Datum stale_job = result_column(0, 2, &all_current);
     if (!all_current)
         raise_not_current(access, function, DatumGetInt64(stale_job),
                           DatumGetInt64(result_column(0, 3)));
+    bool none = schema_0_1;
+    Datum released = none ? (Datum) 0 : result_column(0, 4, &none);
+    if (!none) {
+        ArrayType* a = DatumGetArrayTypePCopy(released);
+        release_dependents(reinterpret_cast<int64*>(ARR_DATA_PTR(a)),
+                           ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), now);
+    }
     spi_close(access);
     PG_RETURN_INT32(settled);
 }

@@ -43,8 +43,8 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
     spi_close(access);
     for (uint64 r = 0; r < rows; ++r) {
         const QueueStats& s = stats[r];
-        Datum v[20];
-        bool nulls[20] = {};
+        Datum v[21];
+        bool nulls[21] = {};
         v[0] = CStringGetTextDatum(s.queue);
         v[1] = Int64GetDatum(s.pending);
         v[2] = Int64GetDatum(s.scheduled);
@@ -72,6 +72,9 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
         v[18] = BoolGetDatum(s.paused);
         v[19] = Int32GetDatum(s.max_running);
         nulls[19] = s.max_running == 0;
+        // compat(0.2.0): waiting is a column of the 0.3.0 declaration only; the 0.2.0
+        // declaration's result takes the first 20.
+        v[20] = Int64GetDatum(s.waiting);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     }
     return (Datum) 0;

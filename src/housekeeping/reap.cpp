@@ -64,14 +64,28 @@ JOBCAP_STATEMENT(reap_jobs_0_1, REAP_JOBS(JOBCAP_CAP_0_1, JOBCAP_CAP_BY_0_1("j.q
 
 }  // namespace statements
 
-uint64 reap(int32 max_jobs)
+uint64 reap(int32 max_jobs, ReapedRow row, void* arg)
 {
+    TimestampTz now = GetCurrentTimestamp();
     Params p;
-    p.add(Int32GetDatum(max_jobs)).add(TimestampTzGetDatum(GetCurrentTimestamp()));
+    p.add(Int32GetDatum(max_jobs)).add(TimestampTzGetDatum(now));
     // compat(0.1.0): the 0.1.0 schema's reaper.
-    return execute(
-        queues_paused_column_exists() ? statements::reap_jobs : statements::reap_jobs_0_1, p,
-        SPI_OK_SELECT);
+    uint64 rows =
+        execute(queues_paused_column_exists() ? statements::reap_jobs : statements::reap_jobs_0_1,
+                p, SPI_OK_SELECT);
+    int64* ended = static_cast<int64*>(palloc(sizeof(int64) * Max(rows, 1)));
+    for (uint64 r = 0; r < rows; ++r) {
+        if (row != nullptr)
+            row(arg, result_column(r, 1), result_column(r, 2), result_column(r, 3));
+        ended[r] = DatumGetInt64(result_column(r, 1));
+    }
+    // The jobs that went dead take their dependents with them (the others are ignored).
+    cancel_dependents(ended, static_cast<int>(rows), now);
+    pfree(ended);
+    int32 left = max_jobs - static_cast<int32>(rows);
+    uint64 timed_out = time_out_overdue(left, now, row, arg);
+    left -= static_cast<int32>(timed_out);
+    return rows + timed_out + expire_unclaimed(left, now, row, arg);
 }
 
 }  // namespace jobcap

@@ -45,6 +45,7 @@ extern "C" {
 #include "spi/history.hpp"
 #include "spi/plans.hpp"
 #include "spi/schema.hpp"
+#include "housekeeping/workflows.hpp"
 
 namespace jobcap {
 namespace statements {
@@ -411,6 +412,8 @@ bool count_rolled_back(const RolledBackClaim& claim, bool* went_dead)
     p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(CStringGetTextDatum(claim.worker));
     uint64 rows = execute(statements::count_rolled_back_claim, p, SPI_OK_SELECT);
     *went_dead = rows > 0 && DatumGetBool(result_column(0, 1));
+    if (*went_dead)  // the jobs waiting for it go with it
+        cancel_dependents(&claim.job_id, 1, GetCurrentTimestamp());
     return rows > 0;
 }
 

@@ -54,8 +54,11 @@ static_assert(core::kLatencyBins == 110 && core::kLatencyBinsPerDoubling == 4,
 namespace statements {
 
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
-// The last two columns are the queue's controls: CONTROLS, two expressions.
-#define QUEUE_STATS(CONTROLS)                                                                      \
+// The queue's controls follow: CONTROLS, two expressions; then WAITING, the jobs waiting for
+// others (0.3.0: from the index jobs_waiting). An attempt past its run-time limit (timed_out)
+// is lost like an expired lease.
+#define LOST_KINDS "('lease_expired', 'claim_rolled_back', 'crashed', 'timed_out')"
+#define QUEUE_STATS(CONTROLS, WAITING)                                                             \
     "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"                 \
     "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"                                     \
     "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"                                   \
@@ -67,10 +70,10 @@ namespace statements {
     "   FROM jobcap.jobs j WHERE j.state = 'dead' GROUP BY j.queue),"                              \
     " fail AS (SELECT e.queue, count(*) FILTER (WHERE e.kind = 'error') AS attempts,"              \
     "     count(DISTINCT e.job_id) FILTER (WHERE e.kind = 'error') AS jobs,"                       \
-    "     count(*) FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS " \
-    "lost,"                                                                                        \
-    "     count(DISTINCT e.job_id)"                                                                \
-    "       FILTER (WHERE e.kind IN ('lease_expired', 'claim_rolled_back', 'crashed')) AS crashed" \
+    "     count(*) FILTER (WHERE e.kind IN " LOST_KINDS                                            \
+    ") AS lost,"                                                                                   \
+    "     count(DISTINCT e.job_id) FILTER (WHERE e.kind IN " LOST_KINDS                            \
+    ") AS crashed"                                                                                 \
     "   FROM jobcap.job_errors e WHERE e.at > $1 AND e.at <= $2 GROUP BY e.queue),"                \
     " done AS (SELECT m.queue, sum(m.succeeded)::bigint AS succeeded,"                             \
     "     sum(m.cancelled)::bigint AS cancelled FROM jobcap.stats_minutes m"                       \
@@ -85,20 +88,27 @@ namespace statements {
     "   coalesce(f.attempts, 0), coalesce(f.jobs, 0), coalesce(f.lost, 0), coalesce(f.crashed, "   \
     "0),"                                                                                          \
     "   coalesce(d.new, 0), l.bins, l.jobs, extract(epoch FROM $3 - p.oldest)::float8,"            \
-    "   (SELECT s.counted_until FROM jobcap.stats_progress s), " CONTROLS                          \
+    "   (SELECT s.counted_until FROM jobcap.stats_progress s), " CONTROLS ", " WAITING             \
     "  FROM jobcap.queues q"                                                                       \
     "  LEFT JOIN pend p ON p.queue = q.queue LEFT JOIN run r ON r.queue = q.queue"                 \
     "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"                \
     "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"                 \
     " ORDER BY q.queue"
 
-JOBCAP_STATEMENT(queue_stats, QUEUE_STATS("q.paused, q.max_running"),
+JOBCAP_STATEMENT(queue_stats,
+                 QUEUE_STATS("q.paused, q.max_running",
+                             "(SELECT count(*) FROM jobcap.jobs w"
+                             "   WHERE w.state = 'waiting' AND w.queue = q.queue)"),
+                 {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+
+// compat(0.2.0): the same on the 0.2.0 schema (no waiting jobs).
+JOBCAP_STATEMENT(queue_stats_0_2, QUEUE_STATS("q.paused, q.max_running", "0::bigint"),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // compat(0.1.0): the same on the 0.1.0 schema (no controls yet), between installing this
 // library and ALTER EXTENSION jobcap UPDATE: the reaper's report and the 0.1.0 queue_stats run
 // it.
-JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4"),
+JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4", "0::bigint"),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // Counts the jobs that finished in ($1, upto], where upto is $2 (the settled horizon) or, when
@@ -201,10 +211,12 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
     Params p;
     p.add(TimestampTzGetDatum(w.since)).add(TimestampTzGetDatum(w.until));
     p.add(TimestampTzGetDatum(w.now));
-    // compat(0.1.0): the 0.1.0 schema's figures, without queue controls.
-    uint64 rows = execute(
-        queues_paused_column_exists() ? statements::queue_stats : statements::queue_stats_0_1, p,
-        SPI_OK_SELECT);
+    // compat(0.1.0): the 0.1.0 schema's figures, without queue controls. compat(0.2.0): the
+    // 0.2.0 schema's, without waiting jobs.
+    uint64 rows = execute(workflows_schema_exists()       ? statements::queue_stats
+                          : queues_paused_column_exists() ? statements::queue_stats_0_2
+                                                          : statements::queue_stats_0_1,
+                          p, SPI_OK_SELECT);
     QueueStats* stats = static_cast<QueueStats*>(SPI_palloc(sizeof(QueueStats) * (rows + 1)));
     memset(stats, 0, sizeof(QueueStats) * (rows + 1));
     w.counted = false;
@@ -248,6 +260,7 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
         bool uncapped = false;
         Datum cap = result_column(r, 18, &uncapped);
         s.max_running = uncapped ? 0 : DatumGetInt32(cap);
+        s.waiting = DatumGetInt64(result_column(r, 19));
     }
     if (rows == 0) {
         // No queue: the watermark still tells whether counting runs.

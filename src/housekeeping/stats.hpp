@@ -25,7 +25,8 @@ struct QueueStats {
     int64 failed_attempts;  // window: error reports (fail_job)
     int64 failing_jobs;     // window: distinct jobs among them
     int64 lost_leases;      // window: attempts that ended without a report (lease expired,
-                            // or claim rolled back and counted by the reaper)
+                            // claim rolled back and counted by the reaper, crash seen by the
+                            // worker, run-time limit passed)
     int64 crashed_jobs;     // window: distinct jobs among them
     int64 new_dead;         // window: jobs that went dead
     bool has_latency;       // any claim latency counted in the window
@@ -35,6 +36,7 @@ struct QueueStats {
     double oldest_pending_sec;
     bool paused;        // now: pause_queue
     int32 max_running;  // now: the queue's limit, 0 for none
+    int64 waiting;      // now: jobs waiting for the jobs they depend on
 };
 
 struct StatsWindow {

@@ -116,6 +116,14 @@ Params& Params::add_caller(const Access& a)
     return add(ObjectIdGetDatum(a.caller), a.privileged);
 }
 
+bool may_operate(const Access& a)
+{
+    if (a.privileged)
+        return true;
+    Oid role = get_role_oid("jobcap_operator", true);
+    return OidIsValid(role) && has_privs_of_role(a.caller, role);
+}
+
 Datum caller_name(const Access& a)
 {
     return CStringGetTextDatum(GetUserNameFromId(a.caller, false));

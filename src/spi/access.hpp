@@ -50,6 +50,10 @@ Access admit(const char* function, Duty duty);
 void spi_open(Access& access);
 void spi_close(Access& access);
 
+// Whether the caller has jobcap_operator's privileges (or passes everything): for functions a
+// worker may call on its own queues' jobs and an operator on every job (cancel_job, job_tree).
+bool may_operate(const Access& access);
+
 // The caller's role name, for history rows written on its behalf.
 Datum caller_name(const Access& access);
 

@@ -64,6 +64,12 @@ struct EnqueueValues {
     bool lists_dedupe_key;  // enqueue_job: dedupe_key NULL (a key goes to the SQL path);
                             // enqueue_jobs: the column's default
     TimestampTz now;        // enqueued_at
+    // compat(0.2.0): the 0.3.0 declarations' start_by and max_run_time (NULL: none, and always
+    // on the 0.2.0 declarations).
+    TimestampTz start_by;
+    bool no_start_by;
+    Datum max_run_time;
+    bool no_max_run_time;
 };
 
 }  // namespace jobcap

@@ -22,11 +22,14 @@ int sqlstate(core::Fault fault)
     return ERRCODE_INVALID_PARAMETER_VALUE;
 }
 
-// The current state and fence of a job, read only to explain a failed compare-and-swap, and
-// whether the caller ($2) may work it at all.
+// The current state and fence of a job, read only to explain a failed compare-and-swap,
+// whether the caller ($2) may work it at all, and the kind of its last history row (a snooze or
+// an attempt past its run-time limit explains a pending or dead job).
 JOBCAP_STATEMENT(job_now,
                  "SELECT state::text, fence, " JOBCAP_MAY_WORK(
-                     "$2", "jobs.queue") " FROM jobcap.jobs WHERE job_id = $1",
+                     "$2", "jobs.queue") ", (SELECT e.kind FROM jobcap.job_errors e"
+                                         "   WHERE e.job_id = $1 ORDER BY e.seq DESC LIMIT 1)"
+                                         " FROM jobcap.jobs WHERE job_id = $1",
                  {INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace
@@ -83,8 +86,18 @@ void raise_not_current(const Access& access, const char* function, int64 job_id,
 
     const char* state = TextDatumGetCString(result_column(0, 1));
     int64 current = DatumGetInt64(result_column(0, 2));
+    bool no_kind = false;
+    Datum kind = result_column(0, 4, &no_kind);
+    const char* last = no_kind ? "" : TextDatumGetCString(kind);
+    bool settled = fence == current && strcmp(state, "running") != 0;
     const char* why;
-    if (fence > current)
+    if (settled && strcmp(last, "timed_out") == 0 &&
+        (strcmp(state, "pending") == 0 || strcmp(state, "dead") == 0))
+        why = "The attempt ran past its max_run_time and the background worker ended it.";
+    else if (settled && strcmp(last, "snoozed") == 0 &&
+             (strcmp(state, "pending") == 0 || strcmp(state, "dead") == 0))
+        why = "The job was snoozed.";
+    else if (fence > current)
         why =
             "That fence is newer than the job's: its claim rolled back, or it was never this "
             "job's.";

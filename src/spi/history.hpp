@@ -30,3 +30,16 @@
     "   RETURNING j.job_id),"                                                                      \
     " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
     "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone)))"
+
+// The same on the 0.3.0 schema: a deleted job's edges to the jobs it depended on go with it
+// (jobcap.job_dependencies; only a job enqueued with depends_on has any), and gone says which
+// deleted jobs others depended on (column has_dependents): the caller cancels those still
+// waiting (housekeeping/workflows.hpp). compat(0.2.0): JOBCAP_DELETE_DOOMED on the 0.2.0 schema.
+#define JOBCAP_DELETE_DOOMED_WITH_EDGES(GUARD)                                                     \
+    " gone AS (DELETE FROM jobcap.jobs j"                                                          \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM doomed))" GUARD                             \
+    "   RETURNING j.job_id, j.waiting_on IS NOT NULL AS dependent, j.has_dependents),"             \
+    " history_gone AS (DELETE FROM jobcap.job_errors e"                                            \
+    "   WHERE e.job_id = ANY (ARRAY(SELECT job_id FROM gone))),"                                   \
+    " edges_gone AS (DELETE FROM jobcap.job_dependencies d"                                        \
+    "   WHERE d.job_id = ANY (ARRAY(SELECT job_id FROM gone WHERE dependent)))"

@@ -20,7 +20,7 @@ namespace jobcap {
 // claimed rows by primary key.
 enum class PlanKind : uint8 { custom, generic, steered };
 
-constexpr int kMaxStatementArgs = 10;
+constexpr int kMaxStatementArgs = 16;
 
 // A statement jobcap prepares: made on first use, kept with SPI_keepplan, re-validated by
 // PostgreSQL's plan cache when the tables change (so DROP/CREATE EXTENSION in one session is

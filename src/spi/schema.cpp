@@ -28,4 +28,9 @@ bool job_schedules_table_exists()
     return OidIsValid(jobcap_relation("job_schedules"));
 }
 
+bool workflows_schema_exists()
+{
+    return OidIsValid(jobcap_relation("job_dependencies"));
+}
+
 }  // namespace jobcap

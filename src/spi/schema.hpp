@@ -20,4 +20,14 @@ bool queues_paused_column_exists();
 // Whether jobcap.job_schedules exists (0.2.0's periodic jobs).
 bool job_schedules_table_exists();
 
+// compat(0.2.0): between installing this library and ALTER EXTENSION jobcap UPDATE to 0.3.0, a
+// database keeps the 0.2.0 schema: no workflows (no job_state 'waiting', no
+// jobcap.job_dependencies, no per-job deadlines, snoozes or run-time limits, no history kinds
+// snoozed, timed_out and cancelled). The statements that need them run only where this probe
+// says the schema has them; elsewhere their _0_2 variants, with 0.2.0's semantics, serve the call.
+// Every such site carries the tag compat(0.2.0). Whether jobcap.job_dependencies exists: the
+// update adds every 0.3.0 workflow object in one transaction, so one stands for all. Two syscache
+// look-ups, no state kept.
+bool workflows_schema_exists();
+
 }  // namespace jobcap

@@ -8,6 +8,7 @@ namespace jobcap::statements {
 
 extern Statement complete_job;      // functions/settle.cpp; complete_and_claim runs it too
 extern Statement complete_job_0_1;  // compat(0.1.0): the same on the 0.1.0 schema
+extern Statement complete_job_0_2;  // compat(0.2.0): the same on the 0.2.0 schema
 extern Statement queue_exists;      // spi/errors.cpp
 
 }  // namespace jobcap::statements
