@@ -553,3 +553,39 @@ GRANT EXECUTE ON FUNCTION
     jobcap.queue_stats_between(timestamptz, timestamptz)
 TO jobcap_operator;
 GRANT SELECT ON jobcap.job_dependencies, jobcap.queue_stats TO jobcap_operator;
+
+-- As in 0.2.0: default privileges of the role running this script may have granted more on the
+-- objects above; take back anything held by a role other than the owner and jobcap's two roles.
+DO $acl$
+DECLARE
+    o record;
+    revoked pg_catalog.text[] := '{}';
+BEGIN
+    FOR o IN
+        SELECT DISTINCT pg_catalog.format('%s %s', k.kind, k.name) AS what,
+               CASE WHEN k.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(k.grantee)) END AS who
+          FROM (SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
+                       c.oid::pg_catalog.regclass::pg_catalog.text AS name, a.grantee, c.relowner AS owner
+                  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+                 WHERE c.relnamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace
+                UNION ALL
+                SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, a.grantee, p.proowner
+                  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+                 WHERE p.pronamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace) k
+         WHERE k.grantee OPERATOR(pg_catalog.<>) k.owner
+           AND k.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY['jobcap_worker'::pg_catalog.regrole,
+                                                          'jobcap_operator'::pg_catalog.regrole]::pg_catalog.oid[])
+         ORDER BY 1, 2
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what, o.who);
+        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, o.who);
+    END LOOP;
+    IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
+                      pg_catalog.cardinality(revoked)
+            USING DETAIL = pg_catalog.array_to_string(revoked, E'\n'),
+                  HINT = 'jobcap grants its objects to jobcap_worker and jobcap_operator only; grant those roles instead.';
+    END IF;
+END
+$acl$;

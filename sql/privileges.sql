@@ -130,6 +130,15 @@ BEGIN
   WHEN 'crash_job' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT jobcap.crash_job(%s, %s, ''killed by signal 9'')', j.job, j.fence);
+  WHEN 'snooze_job' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT jobcap.snooze_job(%s, %s, ''1 minute'')', j.job, j.fence);
+  WHEN 'time_out_job' THEN
+    j := fixture_job(q, 'running');
+    RETURN format('SELECT jobcap.time_out_job(%s, %s, ''time limit'')', j.job, j.fence);
+  WHEN 'job_tree' THEN
+    j := fixture_job(q, 'pending');
+    RETURN format('SELECT * FROM jobcap.job_tree(%s)', j.job);
   WHEN 'complete_and_claim' THEN
     j := fixture_job(q, 'running');
     RETURN format('SELECT * FROM jobcap.complete_and_claim(%s, %s, %L, ''w'')', j.job, j.fence, q);
@@ -178,9 +187,11 @@ INSERT INTO matrix_fns VALUES
   ('enqueue_job', 1, true), ('enqueue_jobs', 2, true), ('claim_job', 3, true),
   ('claim_job_by_id', 4, true), ('complete_job', 5, true), ('complete_jobs', 5.5, true), ('fail_job', 6, true),
   ('heartbeat', 7, true), ('assert_fence', 8, true), ('release_job', 8.3, true),
-  ('crash_job', 8.6, true), ('complete_and_claim', 9, true), ('job_result', 9.5, true),
+  ('crash_job', 8.6, true), ('snooze_job', 8.7, true), ('time_out_job', 8.8, true),
+  ('complete_and_claim', 9, true), ('job_result', 9.5, true),
   ('create_queue', 10, true), ('alter_queue', 11, true), ('drop_queue', 12, true),
-  ('cancel_job', 13, true), ('requeue_job', 14, true), ('reap_jobs', 15, false),
+  ('cancel_job', 13, true), ('job_tree', 13.5, true), ('requeue_job', 14, true),
+  ('reap_jobs', 15, false),
   ('statements', 16, false), ('backoff', 17, false), ('grant_queue', 18, true),
   ('revoke_queue', 19, true), ('select jobs', 20, true), ('select queues', 21, true),
   ('select job_errors', 22, true), ('select queue_grants', 23, true),
@@ -244,12 +255,14 @@ CREATE FUNCTION policy(who text, fn text, queue text) RETURNS text LANGUAGE sql 
     WHEN fn IN ('update jobs', 'insert jobs', 'nextval fences', 'grant_queue', 'revoke_queue') THEN '42501'
     WHEN who = 'regress_operator' THEN
       CASE WHEN fn IN ('create_queue', 'alter_queue', 'drop_queue', 'cancel_job', 'requeue_job',
-                       'reap_jobs', 'statements', 'backoff') OR fn LIKE 'select %' THEN 'ok' ELSE '42501' END
+                       'reap_jobs', 'statements', 'backoff', 'job_tree') OR fn LIKE 'select %' THEN 'ok'
+           ELSE '42501' END
     WHEN who IN ('regress_worker_a', 'regress_team_member') THEN
       CASE WHEN fn = 'backoff' THEN 'ok'
            WHEN fn IN ('enqueue_job', 'enqueue_jobs', 'claim_job', 'claim_job_by_id', 'complete_job',
                        'complete_jobs', 'fail_job', 'heartbeat', 'assert_fence', 'complete_and_claim',
-                       'release_job', 'crash_job', 'job_result')
+                       'release_job', 'crash_job', 'job_result', 'cancel_job', 'snooze_job',
+                       'time_out_job', 'job_tree')
                 AND queue = 'qa' THEN 'ok'
            ELSE '42501' END
     WHEN who IN ('regress_worker_none', 'regress_noinherit') THEN
