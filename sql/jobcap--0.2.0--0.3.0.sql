@@ -554,7 +554,89 @@ GRANT EXECUTE ON FUNCTION
 TO jobcap_operator;
 GRANT SELECT ON jobcap.job_dependencies, jobcap.queue_stats TO jobcap_operator;
 
--- As in 0.2.0: default privileges of the role running this script may have granted more on the
+-- Flow control (issue 36): rate limits (docs/flow_control.md).
+
+-- rate_limit: at most that many claims of the queue's jobs in any window of rate_period (NULL:
+-- no limit). A claim of a queue without one reads nothing more than before.
+ALTER TABLE jobcap.queues
+    ADD COLUMN rate_limit integer CHECK (rate_limit OPERATOR(pg_catalog.>) 0),
+    ADD COLUMN rate_period interval NOT NULL DEFAULT '1 second'
+        CHECK (rate_period OPERATOR(pg_catalog.>) interval '0');
+COMMENT ON COLUMN jobcap.queues.rate_limit IS
+    'At most this many claims of the queue''s jobs in any window of rate_period; NULL: no limit.';
+COMMENT ON COLUMN jobcap.queues.rate_period IS 'The window of rate_limit.';
+
+-- A rate-limited queue's claims per slot of ceil(rate_period / 16), over the last 17 slots
+-- (src/core/flow.hpp). Claims of the queue take turns on its row in jobcap.queues, read this row
+-- and charge what they claimed in their own transaction, so a claim that rolls back gives its
+-- charge back. No foreign key (a claim would take a key-share lock on the queue's row for
+-- nothing); drop_queue deletes the row. Not dumped: after a restore the window starts empty.
+CREATE TABLE jobcap.queue_rates (
+    queue   text PRIMARY KEY,
+    slot_us bigint NOT NULL,
+    newest  bigint NOT NULL,
+    counts  integer[] NOT NULL
+);
+COMMENT ON TABLE jobcap.queue_rates IS
+    'Claims of each rate-limited queue per slot of its window (the last 17 slots of rate_period / 16).';
+COMMENT ON COLUMN jobcap.queue_rates.slot_us IS 'The width of a slot in microseconds: ceil(rate_period / 16).';
+COMMENT ON COLUMN jobcap.queue_rates.newest IS 'The newest slot counted (microseconds since 2000 / slot_us).';
+COMMENT ON COLUMN jobcap.queue_rates.counts IS 'Claims per slot, the 17 slots of the window, slot s at s % 17.';
+
+-- rate_limit and rate_period, after every other parameter (those of issue 37 included).
+DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval);
+CREATE FUNCTION jobcap.create_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT '5 minutes',
+    backoff_base interval DEFAULT '1 second',
+    backoff_max interval DEFAULT '1 hour',
+    notify boolean DEFAULT false,
+    max_running integer DEFAULT NULL,
+    max_snoozes integer DEFAULT 10,
+    max_run_time interval DEFAULT NULL,
+    rate_limit integer DEFAULT NULL,
+    rate_period interval DEFAULT '1 second')
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_create_queue';
+COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval) IS
+    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once; max_snoozes snoozes per job are free; max_run_time (NULL or 0: none) ends longer attempts; rate_limit (NULL or 0: none) caps its claims in any window of rate_period.';
+
+DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval);
+CREATE FUNCTION jobcap.alter_queue(
+    queue text,
+    max_attempts integer DEFAULT NULL,
+    lease interval DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_max interval DEFAULT NULL,
+    notify boolean DEFAULT NULL,
+    max_running integer DEFAULT NULL,
+    max_snoozes integer DEFAULT NULL,
+    max_run_time interval DEFAULT NULL,
+    rate_limit integer DEFAULT NULL,
+    rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_alter_queue';
+COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval) IS
+    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit, as max_run_time => ''0'' and rate_limit => 0 do.';
+
+-- Privileges of the flow control objects (PUBLIC gets nothing; queue_rates is read and written
+-- only by jobcap's functions, as the owner of its tables).
+REVOKE ALL ON FUNCTION
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval)
+FROM PUBLIC;
+REVOKE ALL ON jobcap.queue_rates FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval)
+TO jobcap_operator;
+
+-- Every section above: As in 0.2.0: default privileges of the role running this script may have granted more on the
 -- objects above; take back anything held by a role other than the owner and jobcap's two roles.
 DO $acl$
 DECLARE

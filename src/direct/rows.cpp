@@ -265,6 +265,12 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         row->paused = DatumGetBool(heap_getattr(q, shape.queue[kQPaused], desc, &n[0]));
         heap_getattr(q, shape.queue[kQMaxRunning], desc, &row->limited);
         row->limited = !row->limited;
+        // compat(0.2.0): no rate_limit on the 0.2.0 schema.
+        if (!row->limited && shape.queue_rate_limit != InvalidAttrNumber) {
+            bool unrated = true;
+            heap_getattr(q, shape.queue_rate_limit, desc, &unrated);
+            row->limited = !unrated;
+        }
         row->cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], desc, &n[1]));
         row->epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], desc, &n[2]));
         Datum lease = heap_getattr(q, shape.queue[kQLease], desc, &n[3]);

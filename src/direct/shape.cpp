@@ -212,6 +212,11 @@ bool learn_shape()
     table_close(jobs, AccessShareLock);
 
     Relation queues = table_open(s.queues, AccessShareLock);
+    // compat(0.2.0): rate_limit, absent on the 0.2.0 schema.
+    s.queue_rate_limit = column(RelationGetDescr(queues), "rate_limit", INT4OID);
+    if (s.queue_rate_limit == InvalidAttrNumber &&
+        column(RelationGetDescr(queues), "rate_limit", InvalidOid) != InvalidAttrNumber)
+        s.direct = false;  // there, of another type
     for (int c = 0; c < kQueueColumns; ++c) {
         s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);
         s.direct = s.direct && s.queue[c] != InvalidAttrNumber;

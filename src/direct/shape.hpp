@@ -77,6 +77,10 @@ struct Shape {
     // completions), start_by (claims skip a job never claimed past it; enqueues write it) and
     // max_run_time (enqueues write it).
     AttrNumber has_dependents, start_by, max_run_time;
+    // compat(0.2.0): queues.rate_limit, InvalidAttrNumber on the 0.2.0 schema (of another type
+    // there, every call goes to the SQL path). A queue with one is capped: its claims go to the
+    // SQL path (docs/direct_path.md).
+    AttrNumber queue_rate_limit;
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);

@@ -7,10 +7,11 @@
 // with jobcap preloaded, the reaper counts their attempts anyway; until it has, claims skip them.
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
-// queue with max_running hands out only what fits. The common case (neither) costs one
-// one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
-// queue's row (claims of that queue take turns), counts the queue's running jobs with a fresh
-// snapshot, and claims at most the difference.
+// queue with max_running or rate_limit hands out only what fits. The common case (none) costs
+// one one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
+// queue's row (claims of that queue take turns), counts the queue's running jobs and reads its
+// rate window (core/flow.hpp) with a fresh snapshot, claims at most what both allow, and charges
+// the window with what it claimed, in its own transaction.
 #include "housekeeping/rollbacks.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
@@ -21,6 +22,7 @@
 #include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "spi/cap.hpp"
+#include "core/flow.hpp"
 #include "core/order.hpp"
 
 namespace jobcap {
@@ -52,8 +54,12 @@ namespace statements {
     "    j.payload, j.lease_expires_at, j.priority, j.run_at"
 
 // The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
-// claims, which run under the queue's row lock). A missing queue passes neither.
+// claims, which run under the queue's row lock). A missing queue passes neither. A queue with a
+// rate_limit is capped too (compat(0.2.0): QUEUE_OPEN_0_2 on the 0.2.0 schema, which has none).
 #define QUEUE_OPEN(QUEUE)                                                                          \
+    "(SELECT NOT q.paused AND q.max_running IS NULL AND q.rate_limit IS NULL FROM jobcap.queues q" \
+    "  WHERE q.queue = " QUEUE ") IS TRUE"
+#define QUEUE_OPEN_0_2(QUEUE)                                                                      \
     "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
     "  WHERE q.queue = " QUEUE ") IS TRUE"
 #define QUEUE_NOT_PAUSED(QUEUE)                                                                    \
@@ -98,7 +104,7 @@ JOBCAP_STATEMENT(claim_job_capped,
 
 // compat(0.2.0): the two on the 0.2.0 schema, without start_by.
 JOBCAP_STATEMENT(claim_job_0_2,
-                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_OPEN("$4"), " AND NOT q.paused",
+                 CLAIM_BATCH(BY_QUEUE_KEY, QUEUE_OPEN_0_2("$4"), " AND NOT q.paused",
                              JOBCAP_CAP_BY("$4"), JOBCAP_CAP, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
@@ -133,7 +139,7 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
 
 // compat(0.2.0): the two on the 0.2.0 schema, without start_by.
 JOBCAP_STATEMENT(claim_job_by_id_0_2,
-                 CLAIM_ONE(QUEUE_OPEN("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
+                 CLAIM_ONE(QUEUE_OPEN_0_2("j.queue"), " AND NOT q.paused", JOBCAP_CAP_BY("j.queue"),
                            JOBCAP_CAP, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
@@ -162,49 +168,148 @@ JOBCAP_STATEMENT(claim_job_by_id_0_1,
 // expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
 // lease, so it is not a free slot. $1 = queue.
 JOBCAP_STATEMENT(lock_capped_queue,
-                 "SELECT q.paused, q.max_running FROM jobcap.queues q WHERE q.queue = $1"
-                 " FOR NO KEY UPDATE OF q",
+                 "SELECT q.paused, q.max_running, q.rate_limit, q.rate_period FROM jobcap.queues q"
+                 " WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
                  {TEXTOID});
+
+// compat(0.2.0): the 0.2.0 schema's, without a rate limit.
+JOBCAP_STATEMENT(lock_capped_queue_0_2,
+                 "SELECT q.paused, q.max_running, NULL::int4, NULL::interval FROM jobcap.queues q"
+                 " WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
+                 {TEXTOID});
+
+// A rate-limited queue's window, read under its row lock with a fresh snapshot (the charges of
+// every claim that went before have committed), and charged with what this claim took. $1 =
+// queue.
+JOBCAP_STATEMENT(
+    read_rate, "SELECT r.slot_us, r.newest, r.counts FROM jobcap.queue_rates r WHERE r.queue = $1",
+    {TEXTOID});
+JOBCAP_STATEMENT(
+    charge_rate,
+    "INSERT INTO jobcap.queue_rates AS r (queue, slot_us, newest, counts)"
+    " VALUES ($1, $2, $3, $4) ON CONFLICT (queue) DO UPDATE"
+    " SET slot_us = excluded.slot_us, newest = excluded.newest, counts = excluded.counts",
+    {TEXTOID, INT8OID, INT8OID, INT4ARRAYOID});
 
 JOBCAP_STATEMENT(count_running,
                  "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
                  "   AND j.queue = $1",
                  {TEXTOID});
 
-// After a claim of queue $1 found nothing: the queue's controls, and whether the caller ($2)
-// may work it. No row: no such queue.
-JOBCAP_STATEMENT(queue_controls,
-                 "SELECT q.paused, q.max_running, " JOBCAP_MAY_WORK(
-                     "$2", "$1") " FROM jobcap.queues q WHERE q.queue = $1",
+// After a claim of queue $1 found nothing: the queue's controls (paused; a cap, NULL when it has
+// none: neither max_running nor rate_limit), and whether the caller ($2) may work it. No row: no
+// such queue.
+#define QUEUE_CONTROLS(CAPPED)                                                                     \
+    "SELECT q.paused, " CAPPED ", " JOBCAP_MAY_WORK("$2", "$1") " FROM jobcap.queues q"             \
+                                                              " WHERE q.queue = $1"
+JOBCAP_STATEMENT(queue_controls, QUEUE_CONTROLS("coalesce(q.max_running, q.rate_limit)"),
                  {TEXTOID, OIDOID}, PlanKind::generic);
+// compat(0.2.0): the 0.2.0 schema's, without a rate limit.
+JOBCAP_STATEMENT(queue_controls_0_2, QUEUE_CONTROLS("q.max_running"), {TEXTOID, OIDOID},
+                 PlanKind::generic);
 
 // After claim_job_by_id found nothing (and check_job passed): the job's queue and its controls.
-JOBCAP_STATEMENT(job_queue_controls,
-                 "SELECT q.queue, q.paused, q.max_running FROM jobcap.jobs j"
-                 "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1",
+#define JOB_QUEUE_CONTROLS(CAPPED)                                                                 \
+    "SELECT q.queue, q.paused, " CAPPED                                                            \
+    " FROM jobcap.jobs j"                                                                          \
+    "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1"
+JOBCAP_STATEMENT(job_queue_controls, JOB_QUEUE_CONTROLS("coalesce(q.max_running, q.rate_limit)"),
                  {INT8OID});
+// compat(0.2.0): the 0.2.0 schema's, without a rate limit.
+JOBCAP_STATEMENT(job_queue_controls_0_2, JOB_QUEUE_CONTROLS("q.max_running"), {INT8OID});
 
 }  // namespace statements
 
 namespace {
 
-// How many more jobs queue may start now, under its row lock (taken here, held to commit):
-// 0 when it is paused or full; -1 when it has no cap (any more).
-int32 capped_room(Datum queue)
+// A capped queue's room and, for a rate-limited one, the window its claim charges.
+struct Room {
+    int32 room;  // how many more jobs the queue may start now; -1: no cap (any more)
+    bool rated;  // a rate limit applies: charge window with what the claim took
+    bool moved;  // the window was kept in another slot width (rate_period changed): write it
+    core::RateWindow window;
+};
+
+// The length of a rate_period in microseconds (a month counts 30 days, a day 24 hours).
+int64 period_usec(Datum period)
 {
+    const Interval* i = DatumGetIntervalP(period);
+    return (int64) i->month * 30 * USECS_PER_DAY + (int64) i->day * USECS_PER_DAY + i->time;
+}
+
+// The window of the rate-limited queue, moved to now (empty when the queue has no row yet).
+// *moved: it was kept in another slot width; its claims, now counted as made in this one's newest
+// slot, must be written so, even when this claim takes nothing (or they would stay in that slot
+// for as long as the old width's).
+core::RateWindow read_window(const Params& queue, int64 slot_us, TimestampTz now, bool* moved)
+{
+    core::RateWindow w = core::rate_empty(slot_us, now);
+    if (execute_fresh(statements::read_rate, queue, SPI_OK_SELECT) > 0) {
+        w.slot_us = DatumGetInt64(result_column(0, 1));
+        w.newest = DatumGetInt64(result_column(0, 2));
+        ArrayType* counts = DatumGetArrayTypeP(result_column(0, 3));
+        Datum* values = nullptr;
+        bool* nulls = nullptr;
+        int n = 0;
+        deconstruct_array(counts, INT4OID, 4, true, TYPALIGN_INT, &values, &nulls, &n);
+        // A row changed by hand into another shape counts what it can.
+        for (int s = 0; s < n && s < core::kRateRing; ++s)
+            w.counts[s] = nulls[s] ? 0 : DatumGetInt32(values[s]);
+        if (w.slot_us < 1)
+            w = core::rate_empty(slot_us, now);
+        *moved = w.slot_us != slot_us;
+    }
+    core::rate_advance(w, slot_us, now);
+    return w;
+}
+
+// How many more jobs queue may start now, under its row lock (taken here, held to commit):
+// 0 when it is paused, full or out of rate; -1 when it has no cap (any more). flow: the schema
+// has rate limits (compat(0.2.0): not the 0.2.0 one).
+Room capped_room(Datum queue, TimestampTz now, bool flow)
+{
+    Room r = {};
     Params p;
     p.add(queue);
-    if (execute(statements::lock_capped_queue, p, SPI_OK_SELECT) == 0)
-        return 0;
+    if (execute(flow ? statements::lock_capped_queue : statements::lock_capped_queue_0_2, p,
+                SPI_OK_SELECT) == 0)
+        return r;
     if (DatumGetBool(result_column(0, 1)))
-        return 0;
-    bool uncapped = false;
+        return r;
+    bool uncapped = false, unrated = false;
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
-    if (uncapped)
-        return -1;
-    execute_fresh(statements::count_running, p, SPI_OK_SELECT);
-    int32 running = DatumGetInt32(result_column(0, 1));
-    return running >= cap ? 0 : cap - running;
+    int32 limit = DatumGetInt32(result_column(0, 3, &unrated));
+    int64 slot_us = unrated ? 0 : core::rate_slot_us(period_usec(result_column(0, 4)));
+    r.room = -1;
+    if (!uncapped) {
+        execute_fresh(statements::count_running, p, SPI_OK_SELECT);
+        int32 running = DatumGetInt32(result_column(0, 1));
+        r.room = running >= cap ? 0 : cap - running;
+    }
+    if (!unrated && r.room != 0) {
+        r.rated = true;
+        r.window = read_window(p, slot_us, now, &r.moved);
+        int32 rate_room = core::rate_room(r.window, limit);
+        r.room = r.room < 0 ? rate_room : Min(r.room, rate_room);
+    }
+    return r;
+}
+
+// Charges the rate-limited queue's window with the jobs its claim took: after the claimed rows
+// were read, since the statement replaces SPI's result.
+void charge_room(Room& r, Datum queue, uint64 rows)
+{
+    if (!r.rated || (rows == 0 && !r.moved))
+        return;
+    core::rate_charge(r.window, static_cast<int32>(rows));
+    Datum counts[core::kRateRing];
+    for (int s = 0; s < core::kRateRing; ++s)
+        counts[s] = Int32GetDatum(r.window.counts[s]);
+    Params p;
+    p.add(queue).add(Int64GetDatum(r.window.slot_us)).add(Int64GetDatum(r.window.newest));
+    p.add(
+        PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
+    execute(statements::charge_rate, p, SPI_OK_INSERT);
 }
 
 // claim_job's statement parameters for call, claiming at most batch: now, worker, lease, queue,
@@ -220,8 +325,11 @@ Params claim_params(const ClaimCall& call, int32 batch, const Access& access)
 
 // claim_job and complete_and_claim on the SQL path: the claim of call.queue. Returns how many
 // rows SPI_tuptable holds; raises for a queue that does not exist or is not the caller's.
-uint64 claim_from_queue(const Access& access, const char* function, const ClaimCall& call)
+// *room: what the caller charges once it has read them (charge_room).
+uint64 claim_from_queue(const Access& access, const char* function, const ClaimCall& call,
+                        Room* room)
 {
+    *room = Room{};
     const NameArg& queue = call.queue;
     Params claim = claim_params(call, call.batch, access);
     // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
@@ -231,9 +339,10 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
             check_queue(access, function, queue.datum, queue.cstr);
         return rows;
     }
-    // compat(0.2.0): the 0.2.0 schema's claims, without start_by.
+    // compat(0.2.0): the 0.2.0 schema's claims, without start_by and rate limits.
     bool deadlines = workflows_schema_exists();
-    Statement& open_claim = deadlines ? statements::claim_job : statements::claim_job_0_2;
+    bool flow = flow_schema_exists();
+    Statement& open_claim = deadlines && flow ? statements::claim_job : statements::claim_job_0_2;
     Statement& capped_claim =
         deadlines ? statements::claim_job_capped : statements::claim_job_capped_0_2;
     uint64 rows = execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
@@ -241,7 +350,8 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
         return rows;
     Params check;
     check.add(queue.datum).add_caller(access);
-    if (execute(statements::queue_controls, check, SPI_OK_SELECT) == 0) {
+    if (execute(flow ? statements::queue_controls : statements::queue_controls_0_2, check,
+                SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);
         return 0;
     }
@@ -251,12 +361,12 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
     result_column(0, 2, &uncapped);
     if (DatumGetBool(result_column(0, 1)) || uncapped)
         return 0;
-    int32 room = capped_room(queue.datum);
-    if (room < 0)  // the cap was lifted meanwhile
+    *room = capped_room(queue.datum, call.now, flow);
+    if (room->room < 0)  // the cap was lifted meanwhile
         return execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
-    if (room == 0)
+    if (room->room == 0)
         return 0;
-    return execute(capped_claim, claim_params(call, Min(call.batch, room), access),
+    return execute(capped_claim, claim_params(call, Min(call.batch, room->room), access),
                    SPI_OK_UPDATE_RETURNING);
 }
 
@@ -343,9 +453,11 @@ ClaimCall read_claim(FunctionCallInfo fcinfo, int first, TimestampTz now)
 Datum claim_with_statements(FunctionCallInfo fcinfo, Access& access, const char* function,
                             const ClaimCall& c)
 {
-    uint64 rows = claim_from_queue(access, function, c);
+    Room room;
+    uint64 rows = claim_from_queue(access, function, c, &room);
     note_claims(rows, c.worker.cstr);
     return_claimed(fcinfo, rows);
+    charge_room(room, c.queue.datum, rows);
     spi_close(access);
     return (Datum) 0;
 }
@@ -417,22 +529,26 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
+    TimestampTz now = GetCurrentTimestamp();
     Params p;
-    p.add(TimestampTzGetDatum(GetCurrentTimestamp())).add(worker.datum).add(lease, no_lease);
+    p.add(TimestampTzGetDatum(now)).add(worker.datum).add(lease, no_lease);
     p.add(Int64GetDatum(job_id)).add_caller(access);
     p.add(uncounted_rolled_back_jobs());
     reserve_claims(1);
     spi_open(access);
     // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
     bool controls = queues_paused_column_exists();
-    // compat(0.2.0): the 0.2.0 schema's claims, without start_by.
+    // compat(0.2.0): the 0.2.0 schema's claims, without start_by and rate limits.
     bool deadlines = workflows_schema_exists();
+    bool flow = flow_schema_exists();
     Statement& open_claim =
-        deadlines ? statements::claim_job_by_id : statements::claim_job_by_id_0_2;
+        deadlines && flow ? statements::claim_job_by_id : statements::claim_job_by_id_0_2;
     Statement& capped_claim =
         deadlines ? statements::claim_job_by_id_capped : statements::claim_job_by_id_capped_0_2;
     uint64 rows = execute(controls ? open_claim : statements::claim_job_by_id_0_1, p,
                           SPI_OK_UPDATE_RETURNING);
+    Room room = {};
+    Datum queue = (Datum) 0;
     if (rows == 0 && !controls) {
         check_job(access, function, job_id);
     } else if (rows == 0) {
@@ -441,20 +557,22 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
         // under the queue's row lock when there is room).
         Params id;
         id.add(Int64GetDatum(job_id));
-        if (execute(statements::job_queue_controls, id, SPI_OK_SELECT) > 0) {
+        if (execute(flow ? statements::job_queue_controls : statements::job_queue_controls_0_2, id,
+                    SPI_OK_SELECT) > 0) {
             bool uncapped = false;
-            Datum queue = result_column(0, 1);
+            queue = result_column(0, 1);
             result_column(0, 3, &uncapped);
             if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
-                int32 room = capped_room(queue);
-                if (room != 0)
-                    rows =
-                        execute(room < 0 ? open_claim : capped_claim, p, SPI_OK_UPDATE_RETURNING);
+                room = capped_room(queue, now, flow);
+                if (room.room != 0)
+                    rows = execute(room.room < 0 ? open_claim : capped_claim, p,
+                                   SPI_OK_UPDATE_RETURNING);
             }
         }
     }
     note_claims(rows, worker.cstr);
     return_claimed(fcinfo, rows);
+    charge_room(room, queue, rows);
     spi_close(access);
     return (Datum) 0;
 }

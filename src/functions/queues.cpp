@@ -8,20 +8,22 @@
 #include "spi/queue_lock.hpp"
 #include "spi/schema.hpp"
 #include "housekeeping/workflows.hpp"
+#include "core/flow.hpp"
 
 namespace jobcap {
 namespace {
 
 // $7 = max_running: NULL or 0 for no limit. $8 = max_snoozes, $9 = max_run_time (NULL or 0: no
-// limit).
+// limit). $10 = rate_limit (NULL or 0: no limit), $11 = rate_period.
 JOBCAP_STATEMENT(
     insert_queue,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
-    "   max_running, max_snoozes, max_run_time)"
-    " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), $8, nullif($9, interval '0'))"
+    "   max_running, max_snoozes, max_run_time, rate_limit, rate_period)"
+    " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), $8, nullif($9, interval '0'),"
+    "   nullif($10, 0), $11)"
     " ON CONFLICT (queue) DO NOTHING",
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID, INT4OID,
-     INTERVALOID});
+     INTERVALOID, INT4OID, INTERVALOID});
 
 // compat(0.2.0): the same on the 0.2.0 schema (no max_snoozes, max_run_time), for its
 // seven-argument declarations.
@@ -55,13 +57,17 @@ JOBCAP_STATEMENT(lock_queue,
     " max_running = CASE WHEN $7 IS NULL THEN max_running ELSE nullif($7, 0) END" WORKFLOW_SET     \
     " WHERE queue = $1"
 
-// $8 = max_snoozes, $9 = max_run_time (0: no limit); NULL keeps either.
+// $8 = max_snoozes, $9 = max_run_time (0: no limit), $10 = rate_limit (0: no limit),
+// $11 = rate_period; NULL keeps any.
 JOBCAP_STATEMENT(update_queue,
                  UPDATE_QUEUE(", max_snoozes = coalesce($8, max_snoozes),"
                               " max_run_time = CASE WHEN $9 IS NULL THEN max_run_time"
-                              "   ELSE nullif($9, interval '0') END"),
+                              "   ELSE nullif($9, interval '0') END,"
+                              " rate_limit = CASE WHEN $10 IS NULL THEN rate_limit"
+                              "   ELSE nullif($10, 0) END,"
+                              " rate_period = coalesce($11, rate_period)"),
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID,
-                  INT4OID, INTERVALOID});
+                  INT4OID, INTERVALOID, INT4OID, INTERVALOID});
 
 // compat(0.2.0): update_queue's.
 JOBCAP_STATEMENT(update_queue_0_2, UPDATE_QUEUE(""),
@@ -108,6 +114,7 @@ JOBCAP_STATEMENT(delete_queue,
                  " history AS (DELETE FROM jobcap.job_errors WHERE queue = $1),"
                  " edges AS (DELETE FROM jobcap.job_dependencies d"
                  "   WHERE d.job_id = ANY (ARRAY(SELECT job_id FROM jobs WHERE dependent))),"
+                 " rates AS (DELETE FROM jobcap.queue_rates WHERE queue = $1),"
                  " queue AS (DELETE FROM jobcap.queues WHERE queue = $1)"
                  " SELECT coalesce(array_agg(job_id) FILTER (WHERE has_dependents), '{}')"
                  "   FROM jobs",
@@ -136,11 +143,18 @@ struct QueueSettings {
     bool no_max_snoozes;
     Datum max_run_time;  // a zero interval: no limit
     bool no_max_run_time;
+    int32 rate_limit;  // 0: no limit
+    bool no_rate_limit;
+    Datum rate_period;
+    bool no_rate_period;
 };
 
 // The positions of max_snoozes and max_run_time in create_queue and alter_queue, after the
 // 0.2.0 parameters (docs/workflows.md).
 constexpr int kQueueWorkflow = 7;
+// The positions of rate_limit and rate_period, after the workflow parameters
+// (docs/flow_control.md). The 0.3.0 declarations have all four.
+constexpr int kQueueFlow = kQueueWorkflow + 2;
 
 // With `required`, every setting but the cap must be given (create_queue's defaults are in its
 // signature) and a missing cap is jobcap.default_max_attempts.
@@ -176,9 +190,10 @@ QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
                         errmsg("max_running must be between 0 and %d, not %d",
                                static_cast<int>(core::kMaxRunning), q.max_running),
                         errhint("0 (or NULL when creating the queue) means no limit.")));
-    // compat(0.2.0): max_snoozes and max_run_time are new in 0.3.0; the 0.2.0 declarations pass
-    // seven arguments and run on the 0.2.0 schema (insert_queue_0_2, update_queue_0_2).
-    q.has_workflow = PG_NARGS() >= kQueueWorkflow + 2;
+    // compat(0.2.0): max_snoozes, max_run_time, rate_limit and rate_period are new in 0.3.0; the
+    // 0.2.0 declarations pass seven arguments and run on the 0.2.0 schema (insert_queue_0_2,
+    // update_queue_0_2); the 0.3.0 ones pass all eleven.
+    q.has_workflow = PG_NARGS() >= kQueueFlow + 2;
     if (!q.has_workflow)
         return q;
     q.no_max_snoozes = PG_ARGISNULL(kQueueWorkflow);
@@ -191,6 +206,15 @@ QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
                         errhint("0 makes every snooze count as an attempt.")));
     q.max_run_time =
         arg_span(fcinfo, kQueueWorkflow + 1, "max_run_time", true, true, &q.no_max_run_time);
+    q.no_rate_limit = PG_ARGISNULL(kQueueFlow);
+    q.rate_limit = q.no_rate_limit ? 0 : PG_GETARG_INT32(kQueueFlow);
+    if (q.rate_limit < 0 || q.rate_limit > core::kMaxRateLimit)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("rate_limit must be between 0 and %d, not %d",
+                               static_cast<int>(core::kMaxRateLimit), q.rate_limit),
+                        errhint("0 (or NULL when creating the queue) means no limit.")));
+    q.rate_period = arg_span(fcinfo, kQueueFlow + 1, "rate_period", false, true, &q.no_rate_period);
+    check_given("rate_period", q.no_rate_period);
     return q;
 }
 
@@ -206,6 +230,8 @@ Params queue_settings_params(const QueueSettings& q)
     if (q.has_workflow) {
         p.add(Int32GetDatum(q.max_snoozes), q.no_max_snoozes);
         p.add(q.max_run_time, q.no_max_run_time);
+        p.add(Int32GetDatum(q.rate_limit), q.no_rate_limit);
+        p.add(q.rate_period, q.no_rate_period);
     }
     return p;
 }

@@ -33,4 +33,9 @@ bool workflows_schema_exists()
     return OidIsValid(jobcap_relation("job_dependencies"));
 }
 
+bool flow_schema_exists()
+{
+    return OidIsValid(jobcap_relation("queue_rates"));
+}
+
 }  // namespace jobcap

@@ -30,4 +30,9 @@ bool job_schedules_table_exists();
 // look-ups, no state kept.
 bool workflows_schema_exists();
 
+// compat(0.2.0): whether jobcap.queue_rates exists, i.e. the 0.3.0 flow control (queues'
+// rate_limit and rate_period): the same update adds them all. Claims of the 0.2.0 schema read no
+// rate limit.
+bool flow_schema_exists();
+
 }  // namespace jobcap

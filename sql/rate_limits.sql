@@ -1,0 +1,88 @@
+-- Rate limits (issue 36): rate_limit claims per rate_period, per queue, with create_queue and
+-- alter_queue; claims over the limit return fewer or no rows, never an error.
+\set VERBOSITY terse
+SELECT jobcap.create_queue('rl', rate_limit => 4, rate_period => '1 hour',
+                           backoff_base => '0', backoff_max => '0');
+SELECT rate_limit, rate_period FROM jobcap.queues WHERE queue = 'rl';
+SELECT count(jobcap.enqueue_job('rl', jsonb_build_object('n', n))) FROM generate_series(1, 10) n;
+
+-- A batch takes what the window has left; later claims get nothing, without an error.
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 3);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 3);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 3);
+SELECT count(*) AS claimed_by_id
+  FROM jobcap.claim_job_by_id((SELECT min(job_id) FROM jobcap.jobs
+                                WHERE queue = 'rl' AND state = 'pending'), 'w');
+-- Completing a job frees no claim (the window counts claims, not running jobs).
+SELECT count(*) AS claimed_next
+  FROM jobcap.complete_and_claim(
+         (SELECT min(job_id) FROM jobcap.jobs WHERE queue = 'rl' AND state = 'running'),
+         (SELECT fence FROM jobcap.jobs WHERE job_id = (SELECT min(job_id) FROM jobcap.jobs
+                                                         WHERE queue = 'rl' AND state = 'running')),
+         'rl', 'w', 5);
+SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'rl' GROUP BY state ORDER BY state;
+SELECT slot_us, array_length(counts, 1) AS slots, (SELECT sum(c) FROM unnest(counts) c) AS charged
+  FROM jobcap.queue_rates WHERE queue = 'rl';
+
+-- A claim that rolls back gives its charge back.
+SELECT jobcap.alter_queue('rl', rate_limit => 6);
+BEGIN;
+SELECT count(*) AS claimed_then_rolled_back FROM jobcap.claim_job('rl', 'w', 5);
+ROLLBACK;
+SELECT (SELECT sum(c) FROM unnest(counts) c) AS charged FROM jobcap.queue_rates WHERE queue = 'rl';
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 5);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 5);
+
+-- The window slides: with a period of 2 seconds, its claims are free again after it.
+SELECT jobcap.alter_queue('rl', rate_period => '2 seconds', rate_limit => 1);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 5);
+SELECT pg_sleep(2.3);
+SELECT count(*) AS claimed_after_the_window FROM jobcap.claim_job('rl', 'w', 5);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl', 'w', 5);
+
+-- rate_limit => 0 removes the limit (NULL keeps it); the claim is the open one again.
+SELECT jobcap.alter_queue('rl', max_attempts => 5);
+SELECT rate_limit, rate_period FROM jobcap.queues WHERE queue = 'rl';
+SELECT jobcap.alter_queue('rl', rate_limit => 0);
+SELECT rate_limit, rate_period FROM jobcap.queues WHERE queue = 'rl';
+SELECT count(*) AS claimed_unlimited FROM jobcap.claim_job('rl', 'w', 10);
+
+-- With max_running too, the smaller room wins.
+SELECT jobcap.create_queue('rl2', rate_limit => 5, rate_period => '1 hour', max_running => 2);
+SELECT count(jobcap.enqueue_job('rl2', '{}')) FROM generate_series(1, 10);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl2', 'w', 10);
+SELECT count(*) AS claimed
+  FROM jobcap.complete_and_claim(
+         (SELECT min(job_id) FROM jobcap.jobs WHERE queue = 'rl2' AND state = 'running'),
+         (SELECT fence FROM jobcap.jobs WHERE job_id = (SELECT min(job_id) FROM jobcap.jobs
+                                                         WHERE queue = 'rl2' AND state = 'running')),
+         'rl2', 'w', 10);
+SELECT jobcap.alter_queue('rl2', max_running => 0);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl2', 'w', 10);
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl2', 'w', 10);
+
+-- A paused rate-limited queue hands out nothing and charges nothing.
+SELECT jobcap.create_queue('rl3', rate_limit => 2, rate_period => '1 hour');
+SELECT count(jobcap.enqueue_job('rl3', '{}')) FROM generate_series(1, 3);
+SELECT jobcap.pause_queue('rl3');
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl3', 'w', 10);
+SELECT count(*) AS rate_rows FROM jobcap.queue_rates WHERE queue = 'rl3';
+SELECT jobcap.resume_queue('rl3');
+SELECT count(*) AS claimed FROM jobcap.claim_job('rl3', 'w', 10);
+
+-- Bad arguments: 22023, nothing changed.
+SELECT jobcap.create_queue('bad', rate_limit => -1);
+SELECT jobcap.create_queue('bad', rate_limit => 1000000001);
+SELECT jobcap.create_queue('bad', rate_limit => 1, rate_period => '0');
+SELECT jobcap.create_queue('bad', rate_limit => 1, rate_period => '-1 second');
+SELECT jobcap.create_queue('bad', rate_limit => 1, rate_period => '1 month');
+SELECT jobcap.create_queue('bad', rate_limit => 1, rate_period => NULL);
+SELECT jobcap.alter_queue('rl3', rate_period => '0');
+SELECT count(*) AS bad_queues FROM jobcap.queues WHERE queue = 'bad';
+SELECT rate_limit, rate_period FROM jobcap.queues WHERE queue = 'rl3';
+
+-- drop_queue takes the window with it.
+SELECT jobcap.drop_queue('rl3', force => true);
+SELECT count(*) AS rate_rows FROM jobcap.queue_rates WHERE queue = 'rl3';
+SELECT jobcap.drop_queue('rl', force => true);
+SELECT jobcap.drop_queue('rl2', force => true);

@@ -1,0 +1,91 @@
+#include "cpp_only.hpp"
+
+#include "flow.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace jobcap::core {
+namespace {
+
+// Floor division (the times are microseconds since 2000 and may precede it).
+std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept
+{
+    std::int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+int ring_index(std::int64_t slot) noexcept
+{
+    std::int64_t r = slot % kRateRing;
+    return static_cast<int>(r < 0 ? r + kRateRing : r);
+}
+
+}  // namespace
+
+std::int64_t rate_slot_us(std::int64_t period_us) noexcept
+{
+    if (period_us <= kRateSlots)
+        return 1;
+    return period_us / kRateSlots + (period_us % kRateSlots != 0 ? 1 : 0);
+}
+
+RateWindow rate_empty(std::int64_t slot_us, std::int64_t now_us) noexcept
+{
+    RateWindow w = {};
+    w.slot_us = slot_us < 1 ? 1 : slot_us;
+    w.newest = floor_div(now_us, w.slot_us);
+    return w;
+}
+
+void rate_advance(RateWindow& w, std::int64_t slot_us, std::int64_t now_us) noexcept
+{
+    if (slot_us < 1)
+        slot_us = 1;
+    std::int64_t slot = floor_div(now_us, slot_us);
+    if (w.slot_us != slot_us) {
+        // Every claim counted was made by the end of the newest slot: charge them all to the
+        // slot of the new width holding that instant (or now's, for a clock that went back),
+        // later than they were made, so counted as long or longer, then move on to now.
+        std::int64_t total = rate_counted(w);
+        std::int64_t last_us = (w.newest + 1) * w.slot_us - 1;
+        std::memset(w.counts, 0, sizeof w.counts);
+        w.slot_us = slot_us;
+        w.newest = std::min(floor_div(last_us, slot_us), slot);
+        w.counts[ring_index(w.newest)] =
+            static_cast<std::int32_t>(total > kMaxRateLimit ? kMaxRateLimit : total);
+    }
+    if (slot <= w.newest)
+        return;
+    if (slot - w.newest >= kRateRing) {
+        std::memset(w.counts, 0, sizeof w.counts);
+    } else {
+        for (std::int64_t s = w.newest + 1; s <= slot; ++s)
+            w.counts[ring_index(s)] = 0;
+    }
+    w.newest = slot;
+}
+
+std::int64_t rate_counted(const RateWindow& w) noexcept
+{
+    std::int64_t total = 0;
+    for (std::int32_t c : w.counts)
+        total += c > 0 ? c : 0;
+    return total;
+}
+
+std::int32_t rate_room(const RateWindow& w, std::int32_t limit) noexcept
+{
+    std::int64_t room = static_cast<std::int64_t>(limit) - rate_counted(w);
+    return room > 0 ? static_cast<std::int32_t>(room) : 0;
+}
+
+void rate_charge(RateWindow& w, std::int32_t n) noexcept
+{
+    if (n <= 0)
+        return;
+    std::int32_t& c = w.counts[ring_index(w.newest)];
+    c = c > kMaxRateLimit - n ? kMaxRateLimit : c + n;
+}
+
+}  // namespace jobcap::core

@@ -1,0 +1,51 @@
+// A queue's rate limit without PostgreSQL (docs/flow_control.md): the sliding window that keeps
+// every window of rate_period at or under rate_limit claims. Its state is a row of
+// jobcap.queue_rates; the claim (src/functions/claim.cpp) reads and charges it under the queue's
+// row lock with these functions, so the rule is written once.
+//
+// Time is cut into slots of ceil(rate_period / 16); the window keeps the claims admitted in each
+// of the last 17 slots. Any window of rate_period lies within 17 consecutive slots, and a claim
+// takes only what keeps the claims of the 17 slots ending at its own at or under the limit: so
+// no window of rate_period ever holds more claims than the limit. The price is at most one slot:
+// under steady demand the queue gets its limit per 17/16 of the period.
+#pragma once
+
+#include <cstdint>
+
+namespace jobcap::core {
+
+inline constexpr int kRateSlots = 16;             // slots per rate_period
+inline constexpr int kRateRing = kRateSlots + 1;  // slots a window of rate_period can touch
+inline constexpr std::int32_t kMaxRateLimit = 1000000000;
+
+// A queue's window: the slot width (microseconds), the newest slot counted (a time in
+// microseconds divided by the width, rounded down), and the claims per slot, slot s at
+// counts[s mod 17].
+struct RateWindow {
+    std::int64_t slot_us;
+    std::int64_t newest;
+    std::int32_t counts[kRateRing];
+};
+
+// The slot width of a rate_period in microseconds: ceil(period / 16), at least 1 (so 16 slots
+// cover at least the period).
+std::int64_t rate_slot_us(std::int64_t period_us) noexcept;
+
+// A window with nothing counted, its newest slot now's.
+RateWindow rate_empty(std::int64_t slot_us, std::int64_t now_us) noexcept;
+
+// Moves w to now: the slots that left the window are emptied. A clock that went back keeps the
+// newest slot (claims are then charged to it: counted longer, never less). A different slot
+// width (rate_period was changed) counts every claim as made at the end of the newest slot.
+void rate_advance(RateWindow& w, std::int64_t slot_us, std::int64_t now_us) noexcept;
+
+// The claims w holds (its 17 slots).
+std::int64_t rate_counted(const RateWindow& w) noexcept;
+
+// How many more claims w admits under limit, after rate_advance.
+std::int32_t rate_room(const RateWindow& w, std::int32_t limit) noexcept;
+
+// Charges n claims to w's newest slot.
+void rate_charge(RateWindow& w, std::int32_t n) noexcept;
+
+}  // namespace jobcap::core

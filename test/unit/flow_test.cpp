@@ -1,0 +1,170 @@
+#include "core/flow.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+using namespace jobcap::core;
+
+namespace {
+
+// Admits claims of `want` jobs at the given times (microseconds, non-decreasing) as the claim
+// does (it takes what the room allows) and returns one time per admitted job.
+std::vector<std::int64_t> admit(const std::vector<std::int64_t>& times, std::int32_t limit,
+                                std::int64_t period_us, std::int32_t want = 1)
+{
+    std::int64_t slot = rate_slot_us(period_us);
+    RateWindow w = rate_empty(slot, times.empty() ? 0 : times.front());
+    std::vector<std::int64_t> admitted;
+    for (std::int64_t t : times) {
+        rate_advance(w, slot, t);
+        std::int32_t n = std::min(want, rate_room(w, limit));
+        rate_charge(w, n);
+        for (std::int32_t i = 0; i < n; ++i)
+            admitted.push_back(t);
+    }
+    return admitted;
+}
+
+// The most claims in any window (t - period, t] over the admitted times.
+std::int64_t busiest_window(const std::vector<std::int64_t>& admitted, std::int64_t period_us)
+{
+    std::int64_t most = 0;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < admitted.size(); ++i) {
+        while (admitted[first] <= admitted[i] - period_us)
+            ++first;
+        most = std::max<std::int64_t>(most, static_cast<std::int64_t>(i - first + 1));
+    }
+    return most;
+}
+
+}  // namespace
+
+TEST(RateWindow, SlotsCoverThePeriod)
+{
+    for (std::int64_t period : {1, 15, 16, 17, 31, 32, 33, 1000, 1000001, 86400000000})
+        EXPECT_GE(rate_slot_us(period) * kRateSlots, period) << period;
+    EXPECT_EQ(rate_slot_us(16000), 1000);
+    EXPECT_EQ(rate_slot_us(16001), 1001);
+}
+
+TEST(RateWindow, NeverMoreThanTheLimitInAnyWindow)
+{
+    std::mt19937_64 random(36);
+    for (int round = 0; round < 300; ++round) {
+        std::int32_t limit = 1 + static_cast<std::int32_t>(random() % 50);
+        std::int32_t want = 1 + static_cast<std::int32_t>(random() % 8);
+        // Periods of any remainder modulo 16, short ones included.
+        std::int64_t period = 1 + static_cast<std::int64_t>(random() % 5000000);
+        std::vector<std::int64_t> times;
+        std::int64_t t = static_cast<std::int64_t>(random() % 1000000000) - 500000000;
+        for (int i = 0; i < 2000; ++i) {
+            // Bursts at one instant, small steps, and gaps longer than the period.
+            switch (random() % 4) {
+            case 0:
+                break;
+            case 1:
+                t += 1 + static_cast<std::int64_t>(random() % (period / 16 + 1));
+                break;
+            case 2:
+                t += static_cast<std::int64_t>(random() % period);
+                break;
+            default:
+                t += period + static_cast<std::int64_t>(random() % period);
+                break;
+            }
+            times.push_back(t);
+        }
+        std::vector<std::int64_t> admitted = admit(times, limit, period, want);
+        EXPECT_LE(busiest_window(admitted, period), limit)
+            << "limit " << limit << ", period " << period;
+        EXPECT_FALSE(admitted.empty());
+    }
+}
+
+TEST(RateWindow, SteadyDemandGetsTheLimitPerSeventeenSixteenthsOfThePeriod)
+{
+    // A claim every 10 microseconds for 100 periods: at least limit per 17/16 of a period.
+    const std::int32_t limit = 64;
+    const std::int64_t period = 16000;
+    std::vector<std::int64_t> times;
+    for (std::int64_t t = 0; t < 100 * period; t += 10)
+        times.push_back(t);
+    std::vector<std::int64_t> admitted = admit(times, limit, period);
+    EXPECT_LE(busiest_window(admitted, period), limit);
+    EXPECT_GE(static_cast<std::int64_t>(admitted.size()), 100 * limit * 16 / 17 - limit);
+}
+
+TEST(RateWindow, AnEmptiedWindowAdmitsTheWholeLimitAgain)
+{
+    RateWindow w = rate_empty(1000, 0);
+    rate_charge(w, 5);
+    EXPECT_EQ(rate_room(w, 5), 0);
+    EXPECT_EQ(rate_room(w, 7), 2);
+    rate_advance(w, 1000, 16999);  // slot 16: slot 0 is still in the window
+    EXPECT_EQ(rate_room(w, 5), 0);
+    rate_advance(w, 1000, 17000);  // slot 17: slot 0 has left it
+    EXPECT_EQ(rate_room(w, 5), 5);
+}
+
+TEST(RateWindow, AClockThatGoesBackChargesTheNewestSlot)
+{
+    RateWindow w = rate_empty(1000, 50000);
+    rate_advance(w, 1000, 20000);
+    EXPECT_EQ(w.newest, 50);
+    rate_charge(w, 1);
+    rate_advance(w, 1000, 66999);
+    EXPECT_EQ(rate_counted(w), 1);
+    rate_advance(w, 1000, 67000);
+    EXPECT_EQ(rate_counted(w), 0);
+}
+
+TEST(RateWindow, ANewPeriodKeepsEveryClaimCounted)
+{
+    RateWindow w = rate_empty(1000, 0);
+    rate_charge(w, 3);
+    rate_advance(w, 1000, 5000);
+    rate_charge(w, 4);
+    // A shorter period: all 7 counted as made at 5999, the end of the newest slot (slot 23 of
+    // 250 us), until that slot leaves the window.
+    rate_advance(w, 250, 6000);
+    EXPECT_EQ(w.slot_us, 250);
+    EXPECT_EQ(rate_counted(w), 7);
+    rate_advance(w, 250, 23 * 250 + 16 * 250);
+    EXPECT_EQ(rate_counted(w), 7);
+    rate_advance(w, 250, 23 * 250 + 17 * 250);
+    EXPECT_EQ(rate_counted(w), 0);
+}
+
+TEST(RateWindow, APeriodChangedLongAfterTheLastClaimCountsNothing)
+{
+    // The window was last written long ago: its claims have all left a window of the new
+    // period, however long ago the change was read.
+    RateWindow w = rate_empty(225000000, 0);
+    rate_charge(w, 6);
+    rate_advance(w, 125000, 3600000000);
+    EXPECT_EQ(rate_counted(w), 0);
+    EXPECT_EQ(rate_room(w, 1), 1);
+    // A longer period: the claims are counted in the wider slot holding the end of the old one.
+    RateWindow v = rate_empty(1000, 0);
+    rate_charge(v, 2);
+    rate_advance(v, 10000, 5000);
+    EXPECT_EQ(rate_counted(v), 2);
+    rate_advance(v, 10000, 169999);
+    EXPECT_EQ(rate_counted(v), 2);
+    rate_advance(v, 10000, 170000);
+    EXPECT_EQ(rate_counted(v), 0);
+}
+
+TEST(RateWindow, TimesBeforeTwoThousand)
+{
+    RateWindow w = rate_empty(1000, -1);
+    EXPECT_EQ(w.newest, -1);
+    rate_charge(w, 2);
+    rate_advance(w, 1000, 0);
+    EXPECT_EQ(rate_counted(w), 2);
+}
