@@ -53,7 +53,7 @@ TIERS = {
 COMPAT = re.compile(r'\b(queues_paused_column_exists|job_schedules_table_exists)\(\)|'
                     r'\bPG_NARGS\(\)|JOBCAP_STATEMENT\(\s*\w+_0_1\b|#define\s+\w+_0_1\b')
 # The 0.2.0 compatibility code: its schema probe and the statements of the 0.2.0 schema.
-COMPAT_0_2 = re.compile(r'\bworkflows_schema_exists\(\)|JOBCAP_STATEMENT\(\s*\w+_0_2\b|'
+COMPAT_0_2 = re.compile(r'\b(workflows_schema_exists|flow_schema_exists)\(\)|JOBCAP_STATEMENT\(\s*\w+_0_2\b|'
                         r'#define\s+\w+_0_2\b')
 
 # A jobcap file named in a comment: under src/ (its directory may be left out), docs/, test/ or
