@@ -144,7 +144,7 @@ sub normalise
 # ---- the start state ------------------------------------------------------------------------
 
 my @queues = qw(qa qb qc qd);
-my %queue_model;    # what the driver set: whether a queue is capped (max_running)
+my %queue_model;    # what the driver set: whether a queue is capped (max_running or rate_limit)
 
 sub pick { return $_[ int(rand(@_)) ]; }
 
@@ -160,7 +160,14 @@ sub start_state
 		"SELECT jobcap.create_queue('qd', max_attempts => 4, backoff_base => '0', backoff_max => '0')",
 		"SELECT jobcap.grant_queue('qd', 'jc_diff_worker')");
 	push @sql, "SELECT jobcap.grant_queue('qa', 'jc_diff_worker')" if rand() < 0.5;
-	%queue_model = (qc => { capped => 1 });
+	%queue_model = (qc => { capped => 1, running => 1 });
+	# Sometimes a rate-limited queue from the start (its claims go to the SQL path on both sides;
+	# a period of an hour, so that no claim leaves the window during the run).
+	if (rand() < 0.5)
+	{
+		push @sql, "SELECT jobcap.alter_queue('qb', rate_limit => 3, rate_period => '1 hour')";
+		$queue_model{qb} = { capped => 1, rated => 1 };
+	}
 	my $jobs = 0;
 	for my $q (@queues)
 	{
@@ -232,7 +239,7 @@ sub random_op
 		# reap_jobs and requeue_dead skip locked rows: safe beside open transactions too.
 		('reap') x 2, 'expire', 'requeue_dead');
 	push @kinds, (('requeue') x 2, ('alter') x 2, 'grant',
-		'pause', 'max_running', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3,
+		'pause', 'max_running', 'rate_limit', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3,
 		'repeatable_read')
 	  unless $limited;
 	my $kind = pick(@kinds);
@@ -264,7 +271,7 @@ sub random_op
 	}
 	my ($job, $k) = some_ticket(%avoid);
 	return random_op($limited, $in_transaction, %avoid) unless defined $job
-	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|lease|drop|cancel|enqueue|as_worker|repeatable_read|history)$/;
+	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|rate_limit|lease|drop|cancel|enqueue|as_worker|repeatable_read|history)$/;
 	if ($kind eq 'cac')
 	{
 		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
@@ -387,9 +394,18 @@ sub random_op
 	if ($kind eq 'max_running')
 	{
 		my $n = pick(0, 0, 1, 3);
-		$queue_model{$q}{capped} = $n > 0;
+		$queue_model{$q}{running} = $n > 0;
+		$queue_model{$q}{capped} = $queue_model{$q}{running} || $queue_model{$q}{rated};
 		return ("alter_queue $q max_running $n",
 			"SELECT jobcap.alter_queue('$q', max_running => $n)");
+	}
+	if ($kind eq 'rate_limit')
+	{
+		my $n = pick(0, 0, 2, 5);
+		$queue_model{$q}{rated} = $n > 0;
+		$queue_model{$q}{capped} = $queue_model{$q}{running} || $queue_model{$q}{rated};
+		return ("alter_queue $q rate_limit $n",
+			"SELECT jobcap.alter_queue('$q', rate_limit => $n, rate_period => '1 hour')");
 	}
 	if ($kind eq 'cancel')
 	{
@@ -496,7 +512,9 @@ SELECT 'error', e.job_id, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v 
        NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.job_errors e
 UNION ALL
-SELECT 'queue', NULL, q.queue, NULL, q.max_attempts, NULL, q.max_running, NULL, q.cap_epoch,
+SELECT 'queue', NULL, q.queue, NULL, q.max_attempts,
+       (SELECT sum(c) FROM jobcap.queue_rates r, unnest(r.counts) c WHERE r.queue = q.queue)::text,
+       q.max_running, q.rate_limit, q.cap_epoch,
        q.lease, NULL, q.paused::text, q.backoff_base || '/' || q.backoff_max, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
   FROM jobcap.queues q
