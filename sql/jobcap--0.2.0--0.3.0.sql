@@ -636,8 +636,9 @@ GRANT EXECUTE ON FUNCTION
     jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval)
 TO jobcap_operator;
 
--- Every section above: As in 0.2.0: default privileges of the role running this script may have granted more on the
--- objects above; take back anything held by a role other than the owner and jobcap's two roles.
+-- Last, for every section above (keep it at the end of the file): as in 0.2.0, default
+-- privileges of the role running this script may have granted more on the objects above; take
+-- back anything held by a role other than the owner and jobcap's two roles.
 DO $acl$
 DECLARE
     o record;
