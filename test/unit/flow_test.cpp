@@ -46,7 +46,8 @@ std::int64_t busiest_window(const std::vector<std::int64_t>& admitted, std::int6
 
 TEST(RateWindow, SlotsCoverThePeriod)
 {
-    for (std::int64_t period : {1, 15, 16, 17, 31, 32, 33, 1000, 1000001, 86400000000})
+    for (std::int64_t period :
+         std::vector<std::int64_t>{1, 15, 16, 17, 31, 32, 33, 1000, 1000001, 86400000000})
         EXPECT_GE(rate_slot_us(period) * kRateSlots, period) << period;
     EXPECT_EQ(rate_slot_us(16000), 1000);
     EXPECT_EQ(rate_slot_us(16001), 1001);
@@ -167,4 +168,20 @@ TEST(RateWindow, TimesBeforeTwoThousand)
     rate_charge(w, 2);
     rate_advance(w, 1000, 0);
     EXPECT_EQ(rate_counted(w), 2);
+}
+
+TEST(RateWindow, ShortPeriodsOfAnyRemainder)
+{
+    // A claim every microsecond: for periods that 16 does not divide, slots of period / 16 rounded
+    // down would cover less than the period.
+    for (std::int64_t period = 1; period <= 400; ++period) {
+        std::vector<std::int64_t> times;
+        for (std::int64_t t = 0; t < 20 * period; ++t)
+            times.push_back(t);
+        for (std::int32_t limit : {1, 3, 5}) {
+            std::vector<std::int64_t> admitted = admit(times, limit, period, 2);
+            EXPECT_LE(busiest_window(admitted, period), limit)
+                << "limit " << limit << ", period " << period;
+        }
+    }
 }
