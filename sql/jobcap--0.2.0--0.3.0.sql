@@ -43,42 +43,6 @@ COMMENT ON FUNCTION jobcap.grant_queue(text, text, boolean) IS
     'Lets role (and roles with its privileges) enqueue, claim and settle jobs of queue; false if it already could. With create_missing, a missing queue is created first with create_queue''s defaults.';
 REVOKE ALL ON FUNCTION jobcap.grant_queue(text, text, boolean) FROM PUBLIC;
 
--- As in 0.2.0: default privileges of the role running this script may have granted more on the
--- objects above; take back anything held by a role other than the owner and jobcap's two roles.
-DO $acl$
-DECLARE
-    o record;
-    revoked pg_catalog.text[] := '{}';
-BEGIN
-    FOR o IN
-        SELECT DISTINCT pg_catalog.format('%s %s', k.kind, k.name) AS what,
-               CASE WHEN k.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(k.grantee)) END AS who
-          FROM (SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
-                       c.oid::pg_catalog.regclass::pg_catalog.text AS name, a.grantee, c.relowner AS owner
-                  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-                 WHERE c.relnamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, a.grantee, p.proowner
-                  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-                 WHERE p.pronamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace) k
-         WHERE k.grantee OPERATOR(pg_catalog.<>) k.owner
-           AND k.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY['jobcap_worker'::pg_catalog.regrole,
-                                                          'jobcap_operator'::pg_catalog.regrole]::pg_catalog.oid[])
-         ORDER BY 1, 2
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.what, o.who);
-        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, o.who);
-    END LOOP;
-    IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
-                      pg_catalog.cardinality(revoked)
-            USING DETAIL = pg_catalog.array_to_string(revoked, E'\n'),
-                  HINT = 'jobcap grants its objects to jobcap_worker and jobcap_operator only; grant those roles instead.';
-    END IF;
-END
-$acl$;
-
 -- Citus (issue 35). jobcap.distribute() spreads jobcap over a Citus cluster (docs/scaling.md):
 -- jobs and their history distributed by queue and colocated, with the statistics tables;
 -- queues, grants and schedules reference tables; the hot-path functions delegated by Citus to
@@ -255,36 +219,6 @@ COMMENT ON FUNCTION jobcap.distribute(integer) IS
 
 REVOKE ALL ON FUNCTION jobcap.shard_fence(integer, integer), jobcap.distribute_node(),
     jobcap.distribute(integer) FROM PUBLIC;
-
--- As the sweep above, for this section's functions (made after it): default privileges of the
--- role running this script may have granted them to others.
-DO $acl$
-DECLARE
-    o record;
-    revoked pg_catalog.text[] := '{}';
-BEGIN
-    FOR o IN
-        SELECT DISTINCT p.oid::pg_catalog.regprocedure::pg_catalog.text AS what,
-               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS who
-          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['jobcap.shard_fence(integer, integer)'::pg_catalog.regprocedure,
-                                                      'jobcap.distribute_node()'::pg_catalog.regprocedure,
-                                                      'jobcap.distribute(integer)'::pg_catalog.regprocedure]::pg_catalog.oid[])
-           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-         ORDER BY 1, 2
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', o.what, o.who);
-        revoked := revoked OPERATOR(pg_catalog.||) pg_catalog.format('%s from %s', o.what, o.who);
-    END LOOP;
-    IF pg_catalog.cardinality(revoked) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE WARNING 'jobcap: revoked % privileges that default privileges had granted on its objects',
-                      pg_catalog.cardinality(revoked)
-            USING DETAIL = pg_catalog.array_to_string(revoked, E'\n'),
-                  HINT = 'jobcap grants its objects to jobcap_worker and jobcap_operator only; grant those roles instead.';
-    END IF;
-END
-$acl$;
 
 -- Workflows (issue 37): dependencies with exactly-once fan-in, bounded snoozes, run-time limits,
 -- start-by deadlines, and cancellation that reaches the worker (docs/workflows.md).
@@ -589,7 +523,7 @@ CREATE FUNCTION jobcap.create_queue(
     queue text,
     max_attempts integer DEFAULT NULL,
     lease interval DEFAULT '5 minutes',
-    backoff_base interval DEFAULT '1 second',
+    backoff_base interval DEFAULT '10 seconds',
     backoff_max interval DEFAULT '1 hour',
     notify boolean DEFAULT false,
     max_running integer DEFAULT NULL,
