@@ -115,7 +115,8 @@ JOBCAP_FUNCTION(cancel_job, Duty::worker)
     bool workflows = workflows_schema_exists();
     if (workflows)
         p.add(caller_name(access));
-    bool cancelled = execute(workflows ? cancel_job : cancel_job_0_2, p, SPI_OK_SELECT) > 0;
+    bool cancelled = execute(workflows ? cancel_job : cancel_job_0_2, p,
+                             workflows ? SPI_OK_SELECT : SPI_OK_UPDATE_RETURNING) > 0;
     if (cancelled && DatumGetBool(result_column(0, 1)))
         notify_attempt_ended(job_id, DatumGetInt64(result_column(0, 2)), "cancelled");
     if (cancelled)

@@ -84,7 +84,7 @@ $node->safe_psql('src', q{
 is($node->safe_psql('src', q{SELECT string_agg(DISTINCT state::text, ',') FROM jobcap.jobs}),
 	'cancelled,dead,pending,running,succeeded', 'the source has jobs in every state');
 is($node->safe_psql('src', q{SELECT string_agg(DISTINCT kind, ',') FROM jobcap.job_errors}),
-	'error,lease_expired,requeued', 'history of every kind');
+	'cancelled,error,lease_expired,requeued', 'history of every kind');
 is($node->safe_psql('src', 'SELECT count(*) FROM jobcap.job_schedules'), '2', 'two periodic jobs');
 is($node->safe_psql('src', q{SELECT (SELECT count(*) FROM jobcap.stats_minutes) > 0
     AND (SELECT count(*) FROM jobcap.stats_latency) > 0}), 't', 'and statistics');

@@ -210,7 +210,7 @@ is($node->safe_psql('postgres', q{
 
 is(check_heap($node, 'postgres'), '', 'verify_heapam finds nothing wrong in jobcap.jobs');
 my $checked = check_indexes($node, 'postgres', 1);
-like($checked, qr/^jobs_claim,.*jobs_pkey.*jobs_running$/, "amcheck (parent, heapallindexed): $checked");
+like($checked, qr/^jobs_claim,.*jobs_pkey.*jobs_running,jobs_start_by,jobs_waiting$/, "amcheck (parent, heapallindexed): $checked");
 is($node->safe_psql('postgres', q{
     SET enable_seqscan = off; SET enable_bitmapscan = off;
     SELECT string_agg(job_id::text, ' ' ORDER BY priority, run_at, job_id)
@@ -222,7 +222,7 @@ is($node->safe_psql('postgres', q{
       FROM jobcap.claim_job('c', 'after', 3)});
 is($out, '8:1:true 9:1:true 11:1:true', 'after recovery the direct claim finds them again, with new fences');
 is($said, 'claim_job direct', 'on the direct path');
-like(check_indexes($node, 'postgres', 1), qr/^jobs_claim,.*jobs_running$/,
+like(check_indexes($node, 'postgres', 1), qr/^jobs_claim,.*jobs_running,jobs_start_by,jobs_waiting$/,
 	'amcheck after the claims that followed recovery');
 $node->stop;
 
@@ -448,7 +448,7 @@ is($said, 'enqueue_job direct, claim_job direct' . ', heartbeat direct' x 10,
 is(($hb_after[0] - $hb_before[0]) . ' ' . ($hb_after[1] - $hb_before[1]), '11 10',
 	'n_tup_upd + 11, n_tup_hot_upd + 10: every heartbeat was HOT');
 $primary->safe_psql('dec', "SELECT pg_drop_replication_slot('dec')");
-like(check_indexes($primary, 'dec', 1), qr/^jobs_claim,.*jobs_running$/, 'amcheck on the primary (dec)');
+like(check_indexes($primary, 'dec', 1), qr/^jobs_claim,.*jobs_running,jobs_start_by,jobs_waiting$/, 'amcheck on the primary (dec)');
 
 ###############################################################################
 # 5. Only the executor fires triggers, applies row security and uses a transaction snapshot:
@@ -582,7 +582,7 @@ my $by_hash = q{
     SELECT count(*) FROM jobcap.jobs WHERE worker = 'idx'};
 like($primary->safe_psql('postgres', "$forced EXPLAIN (COSTS OFF) $by_hash"), qr/jobs_worker_hash/, 'the hash index is used');
 is($primary->safe_psql('postgres', "$forced $by_hash"), '6', 'the hash index finds the six jobs the session claimed');
-like(check_indexes($primary, 'postgres', 1), qr/^jobs_claim,.*jobs_running$/, 'amcheck after the hash index');
+like(check_indexes($primary, 'postgres', 1), qr/^jobs_claim,.*jobs_running,jobs_start_by,jobs_waiting$/, 'amcheck after the hash index');
 is(check_heap($primary, 'postgres'), '', 'verify_heapam finds nothing wrong in jobcap.jobs');
 $primary->safe_psql('postgres', 'DROP INDEX jobcap.jobs_worker_hash');
 $s->quit;
