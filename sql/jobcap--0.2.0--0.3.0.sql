@@ -1,8 +1,9 @@
 -- jobcap 0.2.0 -> 0.3.0. As for 0.2.0, there is no jobcap--0.3.0.sql: CREATE EXTENSION jobcap runs
 -- jobcap--0.1.0.sql, jobcap--0.1.0--0.2.0.sql and then this script, so a new install and an
 -- upgraded one get the same schema. The rules of the scripts before hold: every name qualified,
--- every function pins search_path, none is SECURITY DEFINER. No function a worker calls is
--- dropped here: a call that resolved it before the update commits would find it gone.
+-- every function pins search_path, none is SECURITY DEFINER. Of the functions a worker calls,
+-- only enqueue_job and enqueue_jobs are replaced (new parameters last): a statement that resolved
+-- them before the update commits can fail once and is retried (UPDATING.md).
 \echo Use "ALTER EXTENSION jobcap UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Every table locked first, jobs before the others, as every worker statement locks them (with
