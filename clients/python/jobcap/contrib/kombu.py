@@ -45,9 +45,10 @@ so a warm shutdown completes the tasks that finished while it waited for them. A
   task's arguments is refused (the job's payload is the message). Celery's own tasks
   (``celery.chord_unlock`` waiting for a chord) retry as new messages, never counted.
 * a task that raises: ``give_up_job`` with the exception's text (a failure is final in Celery).
-* a time limit is a counted attempt, retried until the cap, as a SIGKILL is: the hard one
-  (Celery kills the process) with ``crash_job`` (history ``crashed``, "time limit: hard time
-  limit (N s) exceeded"), the soft one with ``fail_job``.
+* a time limit is a counted attempt, retried until the cap, as a SIGKILL is: both with
+  ``time_out_job`` (history ``timed_out``, "time limit: hard time limit (N s) exceeded" or
+  "... soft ..."); on a database still at jobcap 0.2.0 the hard one with ``crash_job``
+  (``crashed``), the soft one with ``fail_job``.
 * ``revoke()`` cancels the task's job (``cancel_job``: a role with jobcap_operator); a running
   one is refused at its next fenced call, its completion included.
 * settings that cannot work refuse the worker at start, naming each: task_acks_late=True,
@@ -1224,9 +1225,9 @@ def _on_task_failure(sender=None, exception=None, task_id=None, **kwargs):
     reason would only say "rejected".
 
     A task that raised: given up (a failure is final in Celery), in the process that ran it.
-    A time limit is a counted attempt, retried until the cap, as a SIGKILL is: the hard one
-    (Celery killed the pool process; reported in the worker's main process, which holds the
-    message) with crash_job, the soft one (raised in the task) with fail_job.
+    A time limit is a counted attempt, retried until the cap, as a SIGKILL is: time_out_job for
+    the hard one (Celery killed the pool process; reported in the worker's main process, which
+    holds the message) and the soft one (raised in the task).
     """
     try:
         from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
@@ -1240,8 +1241,7 @@ def _on_task_failure(sender=None, exception=None, task_id=None, **kwargs):
         reason = (f"time limit: hard time limit ({_seconds(limit)}) exceeded; Celery killed "
                   "the task's process")
         try:
-            state = _settle(held.conninfo, "SELECT jobcap.crash_job(%s, %s, %s)::text",
-                            (held.job_id, held.fence, reason))[0]
+            state = _time_out(held.conninfo, "crash_job", (held.job_id, held.fence, reason))
             log.info("job %s: %s; now %s", held.job_id, reason, state)
         except psycopg.Error as error:
             if not _is_stale(error):
@@ -1261,17 +1261,31 @@ def _on_task_failure(sender=None, exception=None, task_id=None, **kwargs):
         limit = (getattr(request, "timelimit", None) or (None, None))[1]
         if limit is None:
             limit = getattr(sender, "soft_time_limit", None)
-        query = "SELECT jobcap.fail_job(%s, %s, %s)::text"
         reason = f"time limit: soft time limit ({_seconds(limit)}) exceeded"
-    else:
-        query = "SELECT jobcap.give_up_job(%s, %s, %s)::text"
-        reason = f"{type(exception).__name__}: {exception}"
+        try:
+            _time_out(conninfo, "fail_job", (*fence_of(request), reason))
+        except psycopg.Error as error:
+            if not _is_stale(error):
+                log.warning("job %s: could not record its time limit: %s",
+                            request.jobcap_job_id, error)
+        return
+    query = "SELECT jobcap.give_up_job(%s, %s, %s)::text"
+    reason = f"{type(exception).__name__}: {exception}"
     try:
         _settle(conninfo, query, (*fence_of(request), reason))
     except psycopg.Error as error:
         if not _is_stale(error):
             log.warning("job %s: could not record its failure: %s", request.jobcap_job_id,
                         error)
+
+
+def _time_out(conninfo: str, before_0_3: str, params: tuple) -> str:
+    """Ends an attempt stopped by a Celery time limit: time_out_job (history timed_out), or on a
+    database still at jobcap 0.2.0, which has no time_out_job, the function named."""
+    try:
+        return _settle(conninfo, "SELECT jobcap.time_out_job(%s, %s, %s)::text", params)[0]
+    except psycopg.errors.UndefinedFunction:
+        return _settle(conninfo, f"SELECT jobcap.{before_0_3}(%s, %s, %s)::text", params)[0]
 
 
 def _seconds(limit) -> str:

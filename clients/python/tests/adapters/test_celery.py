@@ -165,8 +165,8 @@ class CeleryWorkerTest(unittest.TestCase):
         job_id = self.settled(celery_app.slow.delay("stuck"), timeout=40)
         self.assertEqual(state(job_id), ("dead", 3, 3))
         rows = history(job_id)
-        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "crashed"), (2, "crashed"),
-                                                        (3, "crashed")])
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "timed_out"), (2, "timed_out"),
+                                                        (3, "timed_out")])
         for _, _, error in rows:
             self.assertIn("hard time limit (1 s) exceeded", error)
 
@@ -174,8 +174,8 @@ class CeleryWorkerTest(unittest.TestCase):
         job_id = self.settled(celery_app.soft.delay("slowish"), timeout=40)
         self.assertEqual(state(job_id), ("dead", 3, 3))
         rows = history(job_id)
-        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "error"), (2, "error"),
-                                                        (3, "error")])
+        self.assertEqual([(a, k) for a, k, _ in rows], [(1, "timed_out"), (2, "timed_out"),
+                                                        (3, "timed_out")])
         for _, _, error in rows:
             self.assertIn("soft time limit (0.5 s) exceeded", error)
 
