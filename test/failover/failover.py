@@ -497,7 +497,7 @@ def main() -> int:
     p.add_argument("--node-workers", type=int, default=2)
     p.add_argument("--enqueue-seconds", type=float, default=30.0)
     p.add_argument("--max-seconds", type=float, default=120.0)
-    p.add_argument("--kill-at", type=float, default=0.5,
+    p.add_argument("--kill-at", type=float, default=0.3,
                    help="when the primary is killed, as a share of --enqueue-seconds")
     p.add_argument("--port", type=int, default=56040,
                    help="the monitor's port; the nodes take the next two")
