@@ -9,7 +9,8 @@ The audit: test/chaos's SQL audit on the promoted node, and a ledger kept outsid
 (the harness's acknowledged enqueues; each claim a handler was given and each settlement a
 worker was told committed, appended by the workers) checked against it:
   enqueues lost      an enqueue whose COMMIT was acknowledged, missing on the promoted node
-  claims lost        a claim a handler ran under, whose fence the promoted node does not have
+  claims lost        a claim a handler ran under, whose fence the promoted node has nowhere
+                     (neither the job's fence nor one in its history, jobcap.job_errors)
   fences twice       one (job, fence) handed to two handler runs
   completions lost   a success a worker was told of, not succeeded at that fence with its effect
   over cap           attempts > max_attempts
@@ -380,7 +381,12 @@ def run(args) -> int:
             "SELECT job_id, state::text, fence FROM jobcap.jobs WHERE queue = 'chaos'")))
         effects = {(j, f) for j, f in conn.execute("SELECT job_id, fence FROM effects")}
         enq_lost = sum(1 for j in acked if j not in final)
-        claims_lost = sum(1 for (j, f) in claims if j not in final or final[j][1] < f)
+        # A claim leaves its fence behind: the job's own, or its history's (job_errors) once the
+        # attempt ended badly (an error, a crash, a lease reaped).
+        ended = {(j, f) for j, f in conn.execute(
+            "SELECT job_id, fence FROM jobcap.job_errors WHERE queue = 'chaos'")}
+        claims_lost = sum(1 for (j, f) in claims
+                          if (j not in final or final[j][1] != f) and (j, f) not in ended)
         twice = sum(1 for n in claims.values() if n > 1)
         done_lost = sum(1 for what, j, f, _ in settled if what == "succeeded" and
                         (final.get(j) != ("succeeded", f) or (j, f) not in effects))
