@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import pwd
 import random
@@ -40,7 +39,6 @@ from psycopg.types.json import Jsonb  # noqa: E402
 
 import chaos  # noqa: E402
 
-SYSTEM_BINDIR = "/usr/lib/postgresql/15/bin"
 
 ENQUEUE = chaos.ENQUEUE.rstrip() + "\nRETURNING job_id\n"
 
@@ -144,9 +142,11 @@ class HA:
         self.env = [f"XDG_CONFIG_HOME={self.dir}/config", f"XDG_DATA_HOME={self.dir}/data",
                     f"XDG_RUNTIME_DIR={self.dir}/run", f"PATH={bindir}:/usr/bin:/bin",
                     "PG_AUTOCTL_DEBUG=0"]
-        # The monitor needs only pg_auto_failover: the system's PostgreSQL. The nodes run jobcap
-        # from the private install.
-        self.monitor = Node(self, "monitor", base_port, SYSTEM_BINDIR)
+        # The monitor needs only pg_auto_failover: the system's PostgreSQL of the same major (the
+        # private install's bindir is the system's under build/tmp_install). The nodes run
+        # jobcap from the private install.
+        system = bindir.split("/tmp_install", 1)[-1] if "/tmp_install/" in bindir else bindir
+        self.monitor = Node(self, "monitor", base_port, system)
         self.nodes = [Node(self, "node1", base_port + 1, bindir),
                       Node(self, "node2", base_port + 2, bindir)]
         self.bindir = bindir
