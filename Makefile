@@ -3,7 +3,7 @@
 #   make check                 the quick loop: format, unit, regress and isolation on both hot paths
 #                              (make check TEST=caps runs one test by name; see CONTRIBUTING.md)
 #   make installcheck          pg_regress, isolation and TAP suites on throwaway instances
-#   make test                  everything: unit, installcheck, clients, chaos, fuzz, sanitizers
+#   make test                  everything: unit, installcheck, clients, chaos, failover, fuzz, sanitizers
 #   make matrix                regress, isolation and TAP on PostgreSQL 17 and 18 (MATRIX="15 17 18"),
 #                              each in a cached Debian root (test/versions; as root)
 #   make demo                  a throwaway cluster with jobcap preloaded, and a demonstration

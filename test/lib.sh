@@ -23,20 +23,23 @@ jobcap_major() {
 # Debian packages the tests need. Installed when missing and we are root; otherwise named.
 # "jobcap_deps pgxs" asks only for what building and the PGXS suites (regress, isolation, TAP)
 # need, as in the version matrix's Debian roots (test/versions); "jobcap_deps chaos" for those
-# and the chaos harness (Debian's psycopg, Node.js), which the roots also run.
+# and the chaos harness (Debian's psycopg, Node.js), which the roots also run; "jobcap_deps
+# failover" for the chaos harness's and pg_auto_failover (test/failover).
 jobcap_deps() {
     local major
     major=$(jobcap_major)
     local want=(postgresql-"$major" postgresql-server-dev-"$major" libipc-run-perl g++ make)
     local missing=()
-    if [ "${1:-}" = chaos ]; then
+    if [ "${1:-}" = chaos ] || [ "${1:-}" = failover ]; then
         want+=(python3-psycopg)
+        [ "${1:-}" = failover ] && want+=(pg-auto-failover-cli postgresql-"$major"-auto-failover)
         command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     elif [ "${1:-}" != pgxs ]; then
         want+=(cmake libgtest-dev python3-psycopg clang-format python3-venv python3-pip
                python3-setuptools python3-wheel python3-celery python3-kombu python3-django
                python3-django-q python3-psycopg2 python3-pytest python3-pytest-django chromium
-               chromium-driver python3-selenium redis-server python3-redis python3-croniter pgbouncer)
+               chromium-driver python3-selenium redis-server python3-redis python3-croniter pgbouncer
+               pg-auto-failover-cli postgresql-"$major"-auto-failover)
         # Node.js may come from elsewhere (nodesource); Debian's packages only when there is none.
         command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
     fi

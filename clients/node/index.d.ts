@@ -1,6 +1,7 @@
 // Type declarations of the jobcap Node client (lib/index.js).
 import type { EventEmitter } from 'node:events';
 import type { ClientConfig, ClientBase, Pool, QueryResult, QueryResultRow } from 'pg';
+import { Client as PgClient } from 'pg';
 
 /** Anything with node-postgres's query(): a Client, a PoolClient or a Pool. */
 export type Queryable = Pick<ClientBase, 'query'> | Pool;
@@ -159,3 +160,7 @@ export declare function assertFence(db: Queryable, jobId: number, fence: number)
 export declare function release(db: Queryable, jobId: number, fence: number): Promise<JobState>;
 /** Ends an attempt whose handler's process died, as a crash. */
 export declare function crash(db: Queryable, jobId: number, fence: number, error: string): Promise<JobState>;
+
+/** A pg Client that takes several hosts as libpq does (host 'a,b', port '5432,5433', and
+ * target_session_attrs 'any' or 'read-write'), picking the host at each connect. */
+export declare class Client extends PgClient {}

@@ -3,7 +3,6 @@
 // jobcap Node client. CHAOS_CONNECTION and CHAOS_NAME come from worker.js through the
 // environment. Same kinds, effects and events as worker.py.
 const path = require('node:path');
-const pg = require(path.join(__dirname, '..', '..', 'clients', 'node', 'node_modules', 'pg'));
 const jobcap = require(path.join(__dirname, '..', '..', 'clients', 'node', 'lib'));
 
 const connection = JSON.parse(process.env.CHAOS_CONNECTION);
@@ -18,7 +17,7 @@ let sideTail = Promise.resolve();
 function onSide(fn) {
   const run = sideTail.then(async () => {
     if (!side) {
-      const client = new pg.Client({ ...connection, application_name: `chaos side ${name}` });
+      const client = new jobcap.Client({ ...connection, application_name: `chaos side ${name}` });
       client.on('error', () => { if (side === client) side = null; });
       await client.connect();
       side = client;
@@ -67,7 +66,16 @@ async function hang(job) {
   await event(job, outcome);
 }
 
+// The failover run (test/failover) keeps a ledger outside the database: every claim a handler
+// was given and every settlement the worker was told committed, one line each (O_APPEND).
+function ledger(what, job) {
+  if (process.env.CHAOS_LEDGER) {
+    require('node:fs').appendFileSync(process.env.CHAOS_LEDGER, `${what} ${job.id} ${job.fence} ${name}\n`);
+  }
+}
+
 async function handle(job) {
+  ledger('claim', job);
   const { kind } = job.payload;
   if (kind === 'killer') {
     await effect(job.client, job);  // uncommitted: it must vanish with the process
@@ -82,4 +90,4 @@ async function handle(job) {
   await effect(job.client, job);
 }
 
-module.exports = { handler: handle, event, sideTail: () => sideTail, closeSide: async () => { await sideTail; if (side) await side.end().catch(() => {}); } };
+module.exports = { handler: handle, event, ledger, sideTail: () => sideTail, closeSide: async () => { await sideTail; if (side) await side.end().catch(() => {}); } };

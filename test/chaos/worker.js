@@ -8,7 +8,7 @@ const path = require('node:path');
 process.env.CHAOS_CONNECTION = process.argv[2];  // for handler.js, here and in the children
 process.env.CHAOS_NAME = process.argv[3];
 const jobcap = require(path.join(__dirname, '..', '..', 'clients', 'node', 'lib'));
-const { event, closeSide } = require('./handler');
+const { event, ledger, closeSide } = require('./handler');
 
 const connection = JSON.parse(process.argv[2]);
 const name = process.argv[3];
@@ -26,6 +26,7 @@ const worker = new jobcap.Worker({
   logger: { info() {}, warn: (m) => console.log(m), error: (m) => console.log(m) },
 });
 worker.on('settled', (job, outcome, error) => {
+  if (outcome === 'succeeded' || outcome === 'dead') ledger(outcome, job);
   if (outcome === 'stale') event(job, `stale:${(error && error.operation) || 'handler'}`);
 });
 worker.run().then(closeSide);

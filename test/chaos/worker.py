@@ -18,6 +18,9 @@ conninfo, name = sys.argv[1], sys.argv[2]
 lease = float(os.environ.get("CHAOS_LEASE", "3"))
 timeout = float(os.environ.get("CHAOS_TIMEOUT", "2"))
 batch = int(os.environ.get("CHAOS_BATCH", "5"))
+# The failover run (test/failover) keeps a ledger outside the database: every claim a handler
+# was given and every settlement the worker was told committed, one line each (O_APPEND).
+ledger_path = os.environ.get("CHAOS_LEDGER")
 side = None  # autocommit connection for events and for the hanger's moves outside its job
 
 
@@ -34,6 +37,12 @@ def event(job, what):
                             " (%s, %s, %s, %s)", (name, job.id, job.fence, what))
     except psycopg.Error:
         pass  # the server may be restarting; events are counted at least-once-ish
+
+
+def ledger(what, job):
+    if ledger_path:
+        with open(ledger_path, "a") as f:
+            f.write(f"{what} {job.id} {job.fence} {name}\n")
 
 
 def effect(conn, job):
@@ -69,6 +78,7 @@ def hang(job):
 
 
 def handle(job):
+    ledger("claim", job)
     kind = job.payload["kind"]
     if kind == "killer":
         effect(job.conn, job)  # uncommitted: it must vanish with the process
@@ -84,6 +94,8 @@ def handle(job):
 
 
 def settled(job, outcome, error):
+    if outcome in ("succeeded", "dead"):
+        ledger(outcome, job)
     if outcome == "stale":
         event(job, f"stale:{getattr(error, 'operation', None) or 'handler'}")
 

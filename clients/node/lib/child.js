@@ -6,7 +6,7 @@
 // connection is reported as done, and the supervisor completes it with others in one
 // statement. If this process dies (a signal, process.exit, an uncaught error), the supervisor
 // records the attempt as a crash (jobcap.crash_job).
-const pg = require('pg');
+const { Client } = require('./multihost');
 const sql = require('./sql');
 const { isStale, translate, isConnectionError } = require('./errors');
 
@@ -88,7 +88,7 @@ class ChildJob {
 
 async function connection() {
   if (client) return client;
-  const c = new pg.Client(config);
+  const c = new Client(config);
   c.on('error', () => { if (client === c) client = null; });
   await c.connect();
   client = c;

@@ -3,5 +3,6 @@
 const errors = require('./errors');
 const sql = require('./sql');
 const { Worker, Job } = require('./worker');
+const { Client } = require('./multihost');
 
-module.exports = { Worker, Job, ...errors, ...sql };
+module.exports = { Worker, Job, Client, ...errors, ...sql };

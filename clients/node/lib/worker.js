@@ -37,6 +37,7 @@ const path = require('node:path');
 const { fork } = require('node:child_process');
 const { performance } = require('node:perf_hooks');
 const pg = require('pg');
+const { Client } = require('./multihost');
 const sql = require('./sql');
 const { Watchdog } = require('./watchdog');
 const { JobTimeoutError, HandlerCrashedError, HandlerError, StaleFenceError, isStale, translate,
@@ -204,7 +205,7 @@ class Worker extends EventEmitter {
       process.once('SIGTERM', onSignal);
       process.once('SIGINT', onSignal);
     }
-    this._pool = new pg.Pool({ ...this.config, max: this.concurrency,
+    this._pool = new pg.Pool({ ...this.config, Client, max: this.concurrency,
       application_name: `jobcap worker ${this.name}`.slice(0, 63) });
     this._pool.on('error', (err) => this.logger.warn(`worker ${this.name}: idle connection lost: ${err.message}`));
     if (this.exitOnHang) this._watchdog = new Watchdog(this.grace, this.name);
@@ -352,7 +353,7 @@ class Worker extends EventEmitter {
   async _ensureControl() {
     if (this._control && !this._controlBroken) return;
     await this._dropControl();
-    const client = new pg.Client({ ...this.config,
+    const client = new Client({ ...this.config,
       application_name: `jobcap control ${this.name}`.slice(0, 63) });
     client.on('error', (err) => {
       this._controlBroken = true;
