@@ -144,13 +144,7 @@ JOBCAP_FUNCTION(job_result, Duty::worker)
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
 
     spi_open(access);
-    if (execute(job_result, p, SPI_OK_SELECT) == 0) {
-        if (access.privileged)
-            raise_unknown_job(job_id);
-        deny_job(function, job_id);
-    }
-    if (!DatumGetBool(result_column(0, 1)))
-        deny_job(function, job_id);
+    refuse_job(access, function, job_id, execute(job_result, p, SPI_OK_SELECT));
     Datum v[5];
     bool n[5];
     for (int c = 0; c < 5; ++c)

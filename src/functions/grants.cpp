@@ -6,6 +6,7 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 
 extern "C" {
 #include "utils/acl.h"
@@ -67,8 +68,12 @@ JOBCAP_FUNCTION(grant_queue, Duty::owner)
     q.add(queue.datum);
 
     spi_open(access);
-    if (create_missing)
+    if (create_missing) {
+        // Before the statement's snapshot: a creation of the name in progress elsewhere commits
+        // first, and this one then sees its queue instead of failing to create it again.
+        lock_queue_for_create(queue.datum);
         execute(create_missing_queue, q, SPI_OK_SELECT);
+    }
     bool granted = execute(insert_grant, p, SPI_OK_INSERT) > 0;
     if (!granted)
         check_queue(access, function, queue.datum, queue.cstr);

@@ -272,6 +272,7 @@ JOBCAP_FUNCTION(create_queue, Duty::operator_)
     check_backoff(q.backoff_base, q.backoff_max);
 
     spi_open(access);
+    lock_queue_for_create(q.queue.datum);
     // compat(0.1.0): the 0.1.0 declaration's insert, without max_running. compat(0.2.0): the
     // 0.2.0 declaration's, without max_snoozes and max_run_time.
     Statement& insert = q.has_workflow      ? insert_queue

@@ -144,7 +144,14 @@ void check_job(const Access& a, const char* function, int64 job_id)
 {
     Params p;
     p.add(Int64GetDatum(job_id)).add_caller(a);
-    if (execute(job_access, p, SPI_OK_SELECT) == 0) {
+    refuse_job(a, function, job_id, execute(job_access, p, SPI_OK_SELECT));
+}
+
+void refuse_job(const Access& a, const char* function, int64 job_id, uint64 rows)
+{
+    // A job of another queue and a job that does not exist are refused alike, so that a worker
+    // role cannot learn which job ids exist; an owner is told the job is unknown.
+    if (rows == 0) {
         if (a.privileged)
             raise_unknown_job(job_id);
         deny_job(function, job_id);

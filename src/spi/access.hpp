@@ -62,6 +62,9 @@ Datum caller_name(const Access& access);
 // A denied caller gets 42501 whether or not the queue or job exists.
 void check_queue(const Access& access, const char* function, Datum queue, const char* name);
 void check_job(const Access& access, const char* function, int64 job_id);
+// The same refusal after a statement of the caller's own that returned ROWS rows: none when the
+// job does not exist, else one whose first column says whether the caller may work the job.
+void refuse_job(const Access& access, const char* function, int64 job_id, uint64 rows);
 
 // 42501 for a queue or job the caller may not work. The job's message is the same whether or
 // not the job exists, so a denied caller learns nothing about other queues.

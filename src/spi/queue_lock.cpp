@@ -29,6 +29,11 @@ void lock_queue_for_insert(Datum queue)
     lock_queue(queue, RowExclusiveLock);
 }
 
+void lock_queue_for_create(Datum queue)
+{
+    lock_queue(queue, ShareUpdateExclusiveLock);
+}
+
 void lock_queue_for_drop(Datum queue)
 {
     lock_queue(queue, ExclusiveLock);

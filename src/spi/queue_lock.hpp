@@ -13,6 +13,11 @@ namespace jobcap {
 // Before inserting jobs into queue (text), and before the insert's snapshot is taken.
 void lock_queue_for_insert(Datum queue);
 
+// create_queue, and grant_queue before it looks for a queue to create: creations of one name
+// wait for each other (SHARE UPDATE EXCLUSIVE conflicts with itself, not with inserts), so a
+// creation that waited sees the other's queue in its next statement's snapshot.
+void lock_queue_for_create(Datum queue);
+
 // drop_queue: waits for every transaction that inserted into queue and has not ended.
 void lock_queue_for_drop(Datum queue);
 
