@@ -13,7 +13,11 @@ The run, bounded in time and stopping by itself:
        hanger  its lease runs out while it works; it waits for the reaper, tries an effect
                under the stale fence (assert_fence must reject it), then tries to complete
                (complete_job must reject it); it behaves on its next attempt
-       flaky   fails on its first k attempts, then succeeds;
+       flaky   fails on its first k attempts, then succeeds
+       child   a normal job enqueued with depends_on: one to three jobs of any kind enqueued
+               shortly before it (so mostly still in flight), half of them with
+               parent_outputs; it must run once after all its parents succeeded, or be
+               cancelled (never claimed) when one of them ended dead or cancelled;
   3. Python and Node workers at once; the harness SIGKILLs random workers and restarts every
      worker that dies; SIGSTOPs a worker past its lease and SIGCONTs it; restarts the server
      once with pg_ctl -m immediate;
@@ -45,12 +49,15 @@ from psycopg.types.json import Jsonb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-KINDS = ("normal", "poison", "killer", "hanger", "flaky")
+KINDS = ("normal", "poison", "killer", "hanger", "flaky", "child")
 
 SCHEMA = """
 CREATE EXTENSION jobcap;
--- What the harness enqueued, written in the enqueueing transaction.
-CREATE TABLE chaos_jobs (job_id bigint PRIMARY KEY, kind text NOT NULL, cap int NOT NULL);
+-- What the harness enqueued, written in the enqueueing transaction: idx is the job's place in
+-- the plan (children name their parents by it), parents the ids its depends_on named.
+CREATE TABLE chaos_jobs (job_id bigint PRIMARY KEY, kind text NOT NULL, cap int NOT NULL,
+                         idx int, parents bigint[], outputs boolean NOT NULL DEFAULT false);
+CREATE INDEX ON chaos_jobs (idx);
 -- One row per applied effect. Not unique on job_id on purpose: a second application is counted.
 CREATE TABLE effects (job_id bigint NOT NULL, fence bigint NOT NULL, worker text NOT NULL,
                       at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -291,28 +298,67 @@ class Fleet:
 # --- the plan -----------------------------------------------------------------------------------
 
 def plan(args, rng: random.Random) -> list:
-    counts = {k: max(args.min_each, round(args.jobs * share)) for k, share in
-              (("poison", args.poison), ("killer", args.killer), ("hanger", args.hanger),
-               ("flaky", args.flaky))}
+    shares = [("poison", args.poison), ("killer", args.killer), ("hanger", args.hanger),
+              ("flaky", args.flaky)]
+    children = getattr(args, "children", 0)  # the failover run plans none
+    if children:
+        shares.append(("child", children))
+    counts = {k: max(args.min_each, round(args.jobs * share)) for k, share in shares}
     counts["normal"] = args.jobs - sum(counts.values())
-    caps = {"normal": 20, "hanger": 20, "flaky": 20, "poison": 3, "killer": 2}
+    caps = {"normal": 20, "hanger": 20, "flaky": 20, "poison": 3, "killer": 2, "child": 20}
     jobs = []
     for kind, n in counts.items():
         for _ in range(n):
-            payload = {"kind": kind, "work_ms": rng.randint(0, args.work_ms)}
+            # A child's handler does what a normal job's does; only its enqueue differs.
+            payload = {"kind": "normal" if kind == "child" else kind,
+                       "work_ms": rng.randint(0, args.work_ms)}
             if kind == "flaky":
                 payload["fail_times"] = rng.randint(1, 3)
             if kind == "hanger":
                 payload["hang_attempts"] = 1
             jobs.append({"kind": kind, "cap": caps[kind], "payload": payload})
     rng.shuffle(jobs)
+    for i, job in enumerate(jobs):
+        job["idx"] = i
+        if job["kind"] != "child":
+            continue
+        # Parents from the batches just before this one's: committed, and mostly still pending
+        # or running when the child arrives, so their settles race each other and the child.
+        start = i - i % args.txn
+        window = range(max(0, start - 12 * args.txn), start)
+        if not window:
+            job["kind"] = "normal"
+            continue
+        parents = rng.sample(window, min(len(window), rng.choice((1, 1, 2, 3))))
+        # Doomed parents are few (2.5% of jobs): a quarter of the children get one on purpose,
+        # so cancellation is exercised in a short run too.
+        doomed = [k for k in window if jobs[k]["kind"] in ("poison", "killer")]
+        if doomed and rng.random() < 0.25:
+            parents = list({*parents[:2], rng.choice(doomed)})
+        job["parent_idx"] = parents
+        job["parent_outputs"] = rng.random() < 0.5
     return jobs
 
 
+def enqueue_rows(batch: list) -> list:
+    """A batch as ENQUEUE's JSON rows."""
+    keys = ("kind", "cap", "payload", "idx", "parent_idx", "parent_outputs")
+    return [{k: j[k] for k in keys if k in j} for j in batch]
+
+
+# A child's depends_on is looked up here from its parents' places in the plan: a batch whose
+# commit the harness could not confirm was enqueued again, and a child then waits for both.
 ENQUEUE = """
-INSERT INTO chaos_jobs (job_id, kind, cap)
-SELECT jobcap.enqueue_job('chaos', p.payload, max_attempts => p.cap), p.kind, p.cap
-  FROM jsonb_to_recordset(%s) AS p(kind text, cap int, payload jsonb)
+WITH p AS (SELECT p.*, (SELECT array_agg(c.job_id ORDER BY c.job_id) FROM chaos_jobs c
+                         WHERE c.idx = ANY(p.parent_idx)) AS parents
+             FROM jsonb_to_recordset(%s)
+                  AS p(kind text, cap int, payload jsonb, idx int, parent_idx int[],
+                       parent_outputs boolean))
+INSERT INTO chaos_jobs (job_id, kind, cap, idx, parents, outputs)
+SELECT jobcap.enqueue_job('chaos', p.payload, max_attempts => p.cap, depends_on => p.parents,
+                          parent_outputs => coalesce(p.parent_outputs, false)),
+       p.kind, p.cap, p.idx, p.parents, coalesce(p.parent_outputs, false)
+  FROM p
 """
 
 
@@ -321,8 +367,10 @@ SELECT jobcap.enqueue_job('chaos', p.payload, max_attempts => p.cap), p.kind, p.
 AUDIT = """
 WITH j AS (SELECT j.*, coalesce(j.max_attempts, q.max_attempts) AS cap
              FROM jobcap.jobs j JOIN jobcap.queues q USING (queue) WHERE j.queue = 'chaos'),
-     c AS (SELECT c.*, CASE WHEN c.kind IN ('poison', 'killer') THEN 'dead' ELSE 'succeeded' END
-                       AS expected FROM chaos_jobs c)
+     c AS (SELECT c.*, CASE WHEN c.kind IN ('poison', 'killer') THEN 'dead'
+                            WHEN EXISTS (SELECT FROM jobcap.jobs p WHERE p.job_id = ANY(c.parents)
+                                            AND p.state <> 'succeeded') THEN 'cancelled'
+                            ELSE 'succeeded' END AS expected FROM chaos_jobs c)
 SELECT
   (SELECT count(*) FROM c LEFT JOIN j USING (job_id)
     WHERE j.state IS NULL OR j.state NOT IN ('succeeded', 'dead', 'cancelled')) AS lost,
@@ -346,7 +394,21 @@ SELECT
   (SELECT count(*) FROM c WHERE kind = 'flaky') AS flaky_expected,
   (SELECT count(*) FROM events WHERE event = 'stale:complete_job') AS stale_rejected,
   (SELECT count(*) FROM events WHERE event = 'stale_effect_rejected') AS stale_effects_rejected,
-  (SELECT count(*) FROM events WHERE event = 'stale_effect_accepted') AS stale_effects_accepted
+  (SELECT count(*) FROM events WHERE event = 'stale_effect_accepted') AS stale_effects_accepted,
+  (SELECT count(*) FROM c JOIN effects f USING (job_id)
+    WHERE EXISTS (SELECT FROM jobcap.jobs p WHERE p.job_id = ANY(c.parents)
+                     AND (p.finished_at IS NULL OR p.finished_at >= f.at))) AS early,
+  (SELECT count(*) FROM c JOIN j USING (job_id)
+    WHERE c.parents IS NOT NULL AND j.state = 'cancelled' AND j.attempts > 0) AS ran_cancelled,
+  (SELECT count(*) FROM c JOIN j USING (job_id)
+    WHERE c.outputs AND j.state = 'succeeded'
+      AND (SELECT count(*) FROM jsonb_object_keys(coalesce(j.payload -> 'parent_outputs', '{}')))
+          <> cardinality(c.parents)) AS outputs_wrong,
+  (SELECT count(*) FROM c JOIN j USING (job_id) WHERE c.kind = 'child' AND j.state = 'succeeded')
+    AS children_ok,
+  (SELECT count(*) FROM c JOIN j USING (job_id) WHERE c.kind = 'child' AND j.state = 'cancelled')
+    AS children_cancelled,
+  (SELECT count(*) FROM c WHERE kind = 'child') AS children
 """
 
 
@@ -487,9 +549,7 @@ def run(args) -> int:
                 while next_batch < len(batches) and now >= t0 + E * next_batch / len(batches):
                     batch = batches[next_batch]
                     with db.get().transaction():
-                        db.get().execute(ENQUEUE, (Jsonb([{"kind": j["kind"], "cap": j["cap"],
-                                                           "payload": j["payload"]}
-                                                          for j in batch]),))
+                        db.get().execute(ENQUEUE, (Jsonb(enqueue_rows(batch)),))
                     enqueued += len(batch)
                     next_batch += 1
             except psycopg.OperationalError:
@@ -546,12 +606,14 @@ def run(args) -> int:
                 progress.show(
                     f"[{now - t0:6.1f}s] enqueued {enqueued}/{len(jobs)} | succeeded "
                     f"{counts.get('succeeded', 0)} dead {counts.get('dead', 0)} running "
-                    f"{counts.get('running', 0)} pending {counts.get('pending', 0)} | workers "
+                    f"{counts.get('running', 0)} pending {counts.get('pending', 0)} waiting "
+                    f"{counts.get('waiting', 0)} cancelled {counts.get('cancelled', 0)} | workers "
                     f"{len(fleet.alive('py'))} py {len(fleet.alive('node'))} node | SIGKILL "
                     f"{fleet.harness_kills}+{fleet.self_kills} killers, SIGSTOP {froze}, "
                     f"restarts {restarts}")
                 if next_batch == len(batches) and not thaws and \
-                        counts.get("pending", 0) + counts.get("running", 0) == 0 and counts:
+                        counts.get("pending", 0) + counts.get("running", 0) \
+                        + counts.get("waiting", 0) == 0 and counts:
                     finished = True
                     break
             time.sleep(0.05)
@@ -604,6 +666,9 @@ def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall)
     fault("jobs with attempts > max_attempts", r["over_cap"])
     fault("jobs stuck running without a live lease", r["stuck"])
     fault("workers that crashed or did not stop on SIGTERM", len(fleet.crashes))
+    fault("children that ran before a parent had succeeded", r["early"])
+    fault("children both claimed and cancelled", r["ran_cancelled"])
+    fault("children without every parent's output", r["outputs_wrong"])
     exercised("poison/killer jobs dead at exactly their cap", r["capped"], r["capped_expected"])
     exercised("flaky jobs that succeeded", r["flaky_ok"], r["flaky_expected"])
     exercised("stale completions rejected", r["stale_rejected"])
@@ -611,6 +676,9 @@ def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall)
     exercised("stale calls rejected from SIGSTOPped workers", r["frozen_stale"])
     exercised("worker processes SIGKILLed (harness + killer jobs)",
               fleet.harness_kills + fleet.self_kills)
+    if r["children"]:
+        exercised("children run after their parents", r["children_ok"])
+        exercised("children cancelled with a parent", r["children_cancelled"])
 
     kinds = info["kinds"]
     total = sum(kinds.values())
@@ -676,6 +744,7 @@ def main() -> int:
     args.lease, args.timeout = 3.0, 2.0
     args.batch, args.concurrency, args.txn, args.work_ms = 5, 4, 25, 20
     args.poison, args.killer, args.hanger, args.flaky = 0.02, 0.005, 0.01, 0.06
+    args.children = 0.1
     args.min_each = 5
     args.kill_every = 3.0 if short else 4.0
     args.bindir = os.environ.get("JOBCAP_PG_BINDIR") or ""

@@ -11,7 +11,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos  # noqa: E402
 
 CLEAN = {"lost": 0, "unexpected": 0, "twice": 0, "stale_accepted": 0, "no_effect": 0,
-         "over_cap": 0, "stuck": 0, "stale_effects_accepted": 0}
+         "over_cap": 0, "stuck": 0, "stale_effects_accepted": 0, "early": 0, "ran_cancelled": 0,
+         "outputs_wrong": 0}
 
 
 class AuditTest(unittest.TestCase):
@@ -42,14 +43,18 @@ class AuditTest(unittest.TestCase):
         return self.db.get().execute(text, params)
 
     def job(self, kind, state, attempts, fence, cap=None, expires="now() + interval '1 minute'",
-            enqueued=True):
+            enqueued=True, parents=None, outputs=False, payload="{}"):
         cap = cap or {"poison": 3, "killer": 2}.get(kind, 20)
+        # Finished a minute ago when it is finished: before any effect planted after it.
         job_id = self.sql(
             "INSERT INTO jobcap.jobs (queue, state, attempts, fence, max_attempts,"
-            f" lease_expires_at) VALUES ('chaos', %s, %s, %s, %s, {expires}) RETURNING job_id",
-            (state, attempts, fence, cap)).fetchone()[0]
+            " lease_expires_at, finished_at, payload) VALUES ('chaos', %s, %s, %s, %s,"
+            f" {expires}, CASE WHEN %s IN ('succeeded', 'dead', 'cancelled')"
+            " THEN now() - interval '1 minute' END, %s) RETURNING job_id",
+            (state, attempts, fence, cap, state, payload)).fetchone()[0]
         if enqueued:
-            self.sql("INSERT INTO chaos_jobs VALUES (%s, %s, %s)", (job_id, kind, cap))
+            self.sql("INSERT INTO chaos_jobs (job_id, kind, cap, parents, outputs)"
+                     " VALUES (%s, %s, %s, %s, %s)", (job_id, kind, cap, parents, outputs))
         return job_id
 
     def effect(self, job_id, fence):
@@ -113,6 +118,52 @@ class AuditTest(unittest.TestCase):
         self.sql("INSERT INTO events (worker, job_id, fence, event)"
                  " VALUES ('w', 1, 1, 'stale_effect_accepted')")
         self.expect(stale_effects_accepted=1)
+
+    def family(self):
+        """A clean workflow: a child of two succeeded parents, with their outputs, and a child
+        of a dead parent, cancelled unclaimed."""
+        a = self.job("normal", "succeeded", 1, 70)
+        self.effect(a, 70)
+        b = self.job("flaky", "succeeded", 2, 71)
+        self.effect(b, 71)
+        dead = self.job("poison", "dead", 3, 72)
+        outputs = '{"kind": "normal", "parent_outputs": {"%d": null, "%d": null}}' % (a, b)
+        child = self.job("child", "succeeded", 1, 73, parents=[a, b], outputs=True,
+                         payload=outputs)
+        self.effect(child, 73)
+        orphan = self.job("child", "cancelled", 0, 0, parents=[a, dead])
+        return a, b, dead, child, orphan
+
+    def test_a_clean_workflow_counts_nothing(self):
+        self.family()
+        got, result = self.audit()
+        self.assertEqual(got, CLEAN)
+        self.assertEqual((result["children_ok"], result["children_cancelled"],
+                          result["children"]), (1, 1, 2))
+
+    def test_each_workflow_fault_is_counted(self):
+        a, b, dead, child, orphan = self.family()
+        self.sql("UPDATE jobcap.jobs SET state = 'succeeded' WHERE job_id = %s", (orphan,))
+        self.effect(orphan, 0)   # ran although a parent died
+        self.expect(unexpected=1, stale_accepted=0)
+        self.setUp()
+        a, b, dead, child, orphan = self.family()
+        self.sql("UPDATE jobcap.jobs SET finished_at = now() + interval '1 minute'"
+                 " WHERE job_id = %s", (b,))  # the child's effect came before b finished
+        self.expect(early=1)
+        self.setUp()
+        a, b, dead, child, orphan = self.family()
+        self.sql("UPDATE jobcap.jobs SET attempts = 1 WHERE job_id = %s", (orphan,))
+        self.expect(ran_cancelled=1)
+        self.setUp()
+        a, b, dead, child, orphan = self.family()
+        self.sql("UPDATE jobcap.jobs SET payload = payload #- ARRAY['parent_outputs', %s]"
+                 " WHERE job_id = %s", (str(a), child))
+        self.expect(outputs_wrong=1)
+        self.setUp()
+        self.family()
+        self.job("child", "waiting", 0, 0, parents=[self.job("normal", "pending", 0, 0)])
+        self.expect(lost=2)
 
     def test_dead_short_of_its_cap_is_not_counted_as_capped(self):
         self.good_run()
