@@ -206,7 +206,8 @@ BEGIN
                        ('queue_depth', 'queue'), ('complete_job', 'fence'),
                        ('fail_job', 'fence'), ('heartbeat', 'fence'), ('assert_fence', 'fence'),
                        ('release_job', 'fence'), ('crash_job', 'fence'),
-                       ('give_up_job', 'fence')) r(name, arg)
+                       ('give_up_job', 'fence'), ('snooze_job', 'fence'),
+                       ('time_out_job', 'fence')) r(name, arg)
           JOIN pg_catalog.pg_proc p ON p.proname OPERATOR(pg_catalog.=) r.name
                                    AND p.pronamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace
     LOOP

@@ -213,6 +213,7 @@ constexpr Rule kRules[] = {
     {"fail_job", By::fence, 1},     {"heartbeat", By::fence, 1},
     {"assert_fence", By::fence, 1}, {"release_job", By::fence, 1},
     {"crash_job", By::fence, 1},    {"give_up_job", By::fence, 1},
+    {"snooze_job", By::fence, 1},   {"time_out_job", By::fence, 1},
 };
 
 const Rule* rule_of(const char* function)
@@ -240,7 +241,9 @@ bool delegated_here()
                  errdetail("Shard %lld of jobcap.jobs left this node while the call was on its "
                            "way here.",
                            static_cast<long long>(s.jobs)),
-                 errhint("Retry the call: Citus delegates it to the shard's new node.")));
+                 errhint("Retry the call: Citus delegates it to the shard's new node. A call "
+                     "whose arguments are computed by a query is not delegated by them: pass "
+                     "constants.")));
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("jobcap.%s must run on the node that holds the shard of %s", function, what),

@@ -120,5 +120,43 @@ for _ in $(seq 1 30); do
 done
 expect "reap: an expired lease on a worker's shard is reaped" "pending" "$st"
 
+# The functions distribute() delegates, and by which argument, are the ones the C++ routes
+# (src/spi/citus.cpp's kRules, read from the source): two lists of one rule, tied here.
+routed=$(grep -o '{"[a-z_]*", By::[a-z]*, [0-9]*}' "$(dirname "$0")/../../src/spi/citus.cpp" \
+    | sed 's/{"\([a-z_]*\)", By::[a-z]*, \([0-9]*\)}/\1 \2/' | sort | tr '\n' ';')
+expect "distribute() delegates exactly the functions the C++ routes, by the same argument" "$routed" \
+    "$(q $c "SELECT string_agg(p.proname || ' ' || d.distribution_argument_index, ';' ORDER BY p.proname) || ';' FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND p.pronamespace = 'jobcap'::regnamespace")"
+
+# The other hot-path calls through the coordinator, on q3 (max_attempts 2, no backoff): each
+# lands on q3's shard, and the cap, the fence and the history hold there.
+read -r shard3 port3 < <(shard_of q3 | tr '|' ' ')
+ids=$(q $c "SELECT jobcap.enqueue_jobs('q3', ARRAY['{}', '{}', '{}', '{}', '{}', '{}', '{}']::jsonb[])")
+expect "enqueue_jobs: seven jobs in q3's shard on its node" "7" \
+    "$(q "$port3" "SELECT count(*) FROM $shard3 WHERE job_id = ANY('$ids')")"
+claim() { q $c "SELECT job_id, fence FROM jobcap.claim_job('q3', 'w')" | tr '|' ' '; }
+read -r a fa < <(claim)
+read -r b fb < <(q $c "SELECT job_id, fence FROM jobcap.complete_and_claim($a, $fa, 'q3', 'w')" | tr '|' ' ')
+expect "complete_and_claim: the first succeeded, the next running" "succeeded running" \
+    "$(q $c "SELECT string_agg(state::text, ' ' ORDER BY job_id = $b) FROM jobcap.jobs WHERE queue = 'q3' AND job_id IN ($a, $b)")"
+expect "release_job: pending" "pending" "$(q $c "SELECT jobcap.release_job($b, $fb)")"
+expect "release_job: the attempt given back" "0" \
+    "$(q $c "SELECT attempts FROM jobcap.jobs WHERE queue = 'q3' AND job_id = $b")"
+read -r cj fc < <(claim)
+expect "crash_job: pending, the attempt counted" "pending" "$(q $c "SELECT jobcap.crash_job($cj, $fc, 'worker lost')")"
+expect "assert_fence: a stale fence (the crashed attempt's) raises JC001" "JC001" \
+    "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "BEGIN" -c "SELECT jobcap.assert_fence($cj, $fc)" -c "COMMIT" 2>&1 | grep -o 'JC001' | head -1)"
+read -r d fd < <(claim)
+expect "assert_fence: the current fence holds, in a transaction" "ok" \
+    "$(psql -X -q -A -t -v ON_ERROR_STOP=1 -p $c -c "BEGIN" -c "SELECT jobcap.assert_fence($d, $fd)" -c "COMMIT" >/dev/null && echo ok)"
+expect "give_up_job: dead" "dead" "$(q $c "SELECT jobcap.give_up_job($d, $fd, 'cannot succeed')")"
+read -r e fe < <(claim)
+expect "snooze_job: pending, the attempt given back" "pending" "$(q $c "SELECT jobcap.snooze_job($e, $fe, '0 s')")"
+read -r g fg < <(claim)
+expect "time_out_job: pending, the attempt counted" "pending" "$(q $c "SELECT jobcap.time_out_job($g, $fg, 'time limit')")"
+expect "history on q3's shard: crashed, released, snoozed, timed_out and the give-up" \
+    "crashed error released snoozed timed_out" \
+    "$(q $c "SELECT string_agg(DISTINCT kind, ' ' ORDER BY kind) FROM jobcap.job_errors WHERE queue = 'q3'")"
+expect "over the cap: none" "0" "$(q $c "SELECT count(*) FROM jobcap.jobs j JOIN jobcap.queues USING (queue) WHERE j.attempts > 2")"
+
 echo "citus: $failures failed"
 [ "$failures" -eq 0 ]
