@@ -2,6 +2,7 @@
 // on the direct path (direct/enqueue.cpp) when it may serve the call and no dedupe key is given.
 #include "spi/access.hpp"
 #include "spi/args.hpp"
+#include "spi/citus.hpp"
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "jobcap.hpp"
@@ -258,9 +259,15 @@ Datum enqueue_with_dependencies(const Access& access, const char* function, cons
     if (on.missing != 0) {
         if (!access.privileged)
             deny_job(function, on.missing);
+        // On a Citus cluster the call runs on its queue's shard, where jobs of other queues
+        // are not to be found.
+        bool sharded = citus::loaded() && citus::distributed();
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                         errmsg("cannot depend on job %lld: it does not exist",
                                static_cast<long long>(on.missing)),
+                        sharded ? errdetail("jobcap is distributed with Citus: a job can depend "
+                                            "only on jobs of its own queue.")
+                                : 0,
                         errhint("A job can depend only on jobs enqueued before it (so no cycle "
                                 "can form).")));
     }

@@ -216,6 +216,30 @@ constexpr Rule kRules[] = {
     {"snooze_job", By::fence, 1},   {"time_out_job", By::fence, 1},
 };
 
+// Functions whose statements span shards in ways Citus cannot plan (a job named by its id alone,
+// joins of history with jobs, FOR UPDATE across shards, volatile functions in UPDATEs of a
+// distributed table): on a distributed install each is refused at its entry with 0A000, which
+// says so, instead of Citus's planner error from inside it. test/citus/cluster.sh calls each.
+constexpr const char* kNotDistributed[] = {
+    "cancel_job", "claim_job_by_id", "complete_jobs", "drop_queue",
+    "job_result", "job_tree",        "metrics",       "queue_stats_between",
+    "reap_jobs",  "requeue_dead",    "requeue_job",   "top_failing_jobs",
+};
+
+void refuse_if_not_distributed(const char* function)
+{
+    for (const char* f : kNotDistributed)
+        if (strcmp(f, function) == 0 && distributed())
+            ereport(ERROR,
+                    (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                     errmsg("jobcap.%s does not run on a distributed install yet", function),
+                     errdetail("jobcap.jobs is distributed with Citus (jobcap.distribute()), and "
+                               "the statements of jobcap.%s span its shards in ways Citus cannot "
+                               "plan.",
+                               function),
+                     errhint("docs/scaling.md lists what runs on a Citus cluster.")));
+}
+
 const Rule* rule_of(const char* function)
 {
     for (const Rule& r : kRules)
@@ -242,8 +266,8 @@ bool delegated_here()
                            "way here.",
                            static_cast<long long>(s.jobs)),
                  errhint("Retry the call: Citus delegates it to the shard's new node. A call "
-                     "whose arguments are computed by a query is not delegated by them: pass "
-                     "constants.")));
+                         "whose arguments are computed by a query is not delegated by them: pass "
+                         "constants.")));
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("jobcap.%s must run on the node that holds the shard of %s", function, what),
@@ -311,6 +335,8 @@ Outer enter_call(FunctionCallInfo fcinfo, const char* function)
     Outer outer = {current, routed != nullptr};
     routed = nullptr;
     const Rule* rule = rule_of(function);
+    if (rule == nullptr)
+        refuse_if_not_distributed(function);
     // The bound of the routed argument (fcinfo->nargs, not PG_NARGS: no declaration told apart).
     if (rule == nullptr || rule->arg >= fcinfo->nargs || PG_ARGISNULL(rule->arg) || !distributed())
         return outer;  // a NULL is the function's own error to raise

@@ -158,5 +158,57 @@ expect "history on q3's shard: crashed, released, snoozed, timed_out and the giv
     "$(q $c "SELECT string_agg(DISTINCT kind, ' ' ORDER BY kind) FROM jobcap.job_errors WHERE queue = 'q3'")"
 expect "over the cap: none" "0" "$(q $c "SELECT count(*) FROM jobcap.jobs j JOIN jobcap.queues USING (queue) WHERE j.attempts > 2")"
 
+# Workflows on a cluster: a queue created after distribute(); a child waits for its parent of
+# the same queue (the same shard), runs when it succeeded, is cancelled when it died; a parent
+# in another queue (another shard, maybe another node) is refused with a detail saying why.
+q $c "SELECT jobcap.create_queue('wf', max_attempts => 3)" >/dev/null
+wf() {  # wf DEPENDS_ON: a parent and its child; claims the parent: "parent fence child"
+    local p k
+    p=$(q $c "SELECT jobcap.enqueue_job('wf', '{}')")
+    k=$(q $c "SELECT jobcap.enqueue_job('wf', '{}', depends_on => ARRAY[$p]::bigint[])")
+    echo "$(q $c "SELECT job_id, fence FROM jobcap.claim_job('wf', 'w')" | tr '|' ' ') $k"
+}
+read -r p fp k < <(wf)
+expect "depends_on: the child waits, the parent is the one claimed" "waiting" \
+    "$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'wf' AND job_id = $k")"
+q $c "SELECT jobcap.complete_job($p, $fp)" >/dev/null
+expect "depends_on: the parent succeeded, the child is pending" "pending" \
+    "$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'wf' AND job_id = $k")"
+q $c "SELECT jobcap.purge_pending('wf')" >/dev/null
+read -r p fp k < <(wf)
+q $c "SELECT jobcap.give_up_job($p, $fp, 'cannot')" >/dev/null
+expect "depends_on: the parent died, the child is cancelled" "cancelled" \
+    "$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'wf' AND job_id = $k")"
+expect "depends_on a job of another queue: refused, saying why" "42704 own queue" \
+    "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "SELECT jobcap.enqueue_job('q4', '{}', depends_on => ARRAY[$p]::bigint[])" 2>&1 | grep -o '42704\|own queue' | tr '\n' ' ' | sed 's/ $//' || true)"
+
+# What does not run on a cluster yet is refused at once with 0A000 (src/spi/citus.cpp's
+# kNotDistributed), not with Citus's planner error from inside: each listed function, called.
+declare -A calls=(
+    [cancel_job]="SELECT jobcap.cancel_job($e)"
+    [claim_job_by_id]="SELECT * FROM jobcap.claim_job_by_id($e, 'w')"
+    [complete_jobs]="SELECT * FROM jobcap.complete_jobs(ARRAY[$e]::bigint[], ARRAY[$fe]::bigint[])"
+    [drop_queue]="SELECT jobcap.drop_queue('q8', force => true)"
+    [job_result]="SELECT * FROM jobcap.job_result($e)"
+    [job_tree]="SELECT * FROM jobcap.job_tree($e)"
+    [metrics]="SELECT * FROM jobcap.metrics()"
+    [queue_stats_between]="SELECT * FROM jobcap.queue_stats_between(now() - interval '1 hour', now())"
+    [reap_jobs]="SELECT * FROM jobcap.reap_jobs()"
+    [requeue_dead]="SELECT jobcap.requeue_dead('q1', 'again')"
+    [requeue_job]="SELECT jobcap.requeue_job($d, 'again')"
+    [top_failing_jobs]="SELECT * FROM jobcap.top_failing_jobs()"
+)
+listed=$(sed -n '/kNotDistributed\[\] = {/,/};/p' "$(dirname "$0")/../../src/spi/citus.cpp" \
+    | grep -o '"[a-z_]*"' | tr -d '"' | sort | tr '\n' ' ')
+expect "every function refused on a cluster is called here" "$listed" \
+    "$(printf '%s\n' "${!calls[@]}" | sort | tr '\n' ' ')"
+refused=""
+for f in $(printf '%s\n' "${!calls[@]}" | sort); do
+    got=$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "${calls[$f]}" 2>&1 | grep -o '0A000' | head -1 || true)
+    [ "$got" = 0A000 ] || refused="$refused $f"
+done
+expect "not yet on a cluster: each refused with 0A000" "" "$refused"
+expect "a refused drop_queue dropped nothing" "1" "$(q $c "SELECT count(*) FROM jobcap.queues WHERE queue = 'q8'")"
+
 echo "citus: $failures failed"
 [ "$failures" -eq 0 ]
