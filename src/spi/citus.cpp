@@ -13,6 +13,7 @@ extern "C" {
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 }
 
 namespace jobcap::citus {
@@ -117,7 +118,12 @@ void load_map()
     map = {};
     map.fresh = true;
     catalog_connect();
+    // As of now, not as of the statement's snapshot: a call that waited for a shard move to
+    // commit (lock_placement) reads the placements again here, and must see the move, or it
+    // would work on the moved-away shard Citus has not dropped yet.
+    PushActiveSnapshot(GetLatestSnapshot());
     int rc = SPI_execute(kShardsSql, true, 0);
+    PopActiveSnapshot();
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "jobcap: reading Citus's shards failed: %s", SPI_result_code_string(rc));
     uint64 rows = SPI_processed;

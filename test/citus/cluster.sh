@@ -182,6 +182,77 @@ expect "depends_on: the parent died, the child is cancelled" "cancelled" \
 expect "depends_on a job of another queue: refused, saying why" "42704 own queue" \
     "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "SELECT jobcap.enqueue_job('q4', '{}', depends_on => ARRAY[$p]::bigint[])" 2>&1 | grep -o '42704\|own queue' | tr '\n' ' ' | sed 's/ $//' || true)"
 
+# A shard move under load: two clients enqueue, claim and complete jobs of q5 through the
+# coordinator while q5's shard (with its colocated shards) moves to the other worker. Nothing
+# acknowledged is lost: every enqueue is there, every claim's fence is its job's (a claim
+# committed to the moved-away shard would leave the job to be claimed again with another
+# fence), every completion is on the moved shard; the calls that met the move were told to
+# retry (40001), and the new node's background worker reaps.
+read -r shard5 port5 < <(shard_of q5 | tr '|' ' ')
+target=${ports[1]}
+[ "$port5" = "$target" ] && target=${ports[2]}
+load() {  # load SECONDS CLIENT
+    local end=$((SECONDS + $1)) id jf st
+    while [ $SECONDS -lt "$end" ]; do
+        if id=$(q $c "SELECT jobcap.enqueue_job('q5', '{}')" 2>>"$dir/load.err"); then
+            echo "$id" >>"$dir/enqueued.$2"
+        fi
+        jf=$(q $c "SELECT job_id || ' ' || fence FROM jobcap.claim_job('q5', 'w')" 2>>"$dir/load.err") || continue
+        [ -n "$jf" ] || continue
+        echo "$jf" >>"$dir/claimed.$2"
+        if st=$(q $c "SELECT jobcap.complete_job(${jf% *}, ${jf#* })" 2>>"$dir/load.err"); then
+            echo "${jf% *} $st" >>"$dir/completed.$2"
+        fi
+    done
+}
+: >"$dir/load.err"
+load 12 1 &
+load1=$!
+load 12 2 &
+load2=$!
+sleep 4
+q $c "SELECT citus_move_shard_placement(${shard5##*_}, 'localhost', $port5, 'localhost', $target, shard_transfer_mode => 'block_writes')" >/dev/null
+wait $load1 $load2
+cat "$dir"/enqueued.* >"$dir/enqueued"; cat "$dir"/claimed.* >"$dir/claimed"; cat "$dir"/completed.* >"$dir/completed"
+expect "shard move: q5's shard is on the other worker" "$target" "$(shard_of q5 | cut -d'|' -f2)"
+enqueued=$(wc -l <"$dir/enqueued")
+expect "shard move: every job enqueued under load is there ($enqueued)" "$enqueued" \
+    "$(q $c "SELECT count(*) FROM jobcap.jobs WHERE queue = 'q5' AND job_id = ANY('{$(paste -sd, "$dir/enqueued")}')")"
+claimed=$(wc -l <"$dir/claimed")
+expect "shard move: every claim acknowledged under load is its job's fence ($claimed)" "0" \
+    "$(q $c "SELECT count(*) FROM (VALUES $(awk '{print "(" $1 ", " $2 ")"}' "$dir/claimed" | paste -sd,)) v(id, f) LEFT JOIN jobcap.jobs j ON j.queue = 'q5' AND j.job_id = v.id AND j.fence = v.f WHERE j.job_id IS NULL")"
+completed=$(grep -c ' succeeded$' "$dir/completed" || true)
+expect "shard move: every completion acknowledged is succeeded on the moved shard ($completed)" "$completed" \
+    "$(q "$target" "SELECT count(*) FROM $(shard_of q5 | cut -d'|' -f1) WHERE state = 'succeeded' AND job_id = ANY('{$(cut -d' ' -f1 "$dir/completed" | paste -sd,)}')")"
+expect "shard move: calls failed only with a retry (40001-class) message" "" \
+    "$(grep '^ERROR' "$dir/load.err" | grep -v 'moved to another node\|keep moving\|could not serialize' | head -3 || true)"
+echo "# under load: $enqueued enqueued, $claimed claimed, $completed completed, $(grep -c '^ERROR' "$dir/load.err" || true) calls told to retry"
+read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q5', 'w', lease => '1 second')" | tr '|' ' ')
+st=running
+for _ in $(seq 1 30); do
+    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q5' AND job_id = $id")
+    [ "$st" = running ] || break
+    sleep 1
+done
+expect "shard move: the new node's background worker reaps q5's expired lease" "pending" "$st"
+
+# A worker node restarted with -m immediate while it holds a job claimed with a short lease:
+# after the restart its background worker reaps the job.
+read -r shard6 port6 < <(shard_of q6 | tr '|' ' ')
+read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q6', 'w', lease => '2 seconds')" | tr '|' ' ')
+for n in 1 2; do
+    [ "${ports[$n]}" = "$port6" ] && pg_ctl -D "$dir/n$n" -m immediate -w restart -l "$dir/n$n.log" >/dev/null
+done
+st=running
+for _ in $(seq 1 40); do
+    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q6' AND job_id = $id" 2>/dev/null || echo unreachable)
+    [ "$st" = running ] || [ "$st" = unreachable ] || break
+    sleep 1
+done
+expect "node restart: the restarted node's background worker reaps the lease" "pending" "$st"
+expect "node restart: the reaped attempt's fence is refused (JC001)" "JC001" \
+    "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "SELECT jobcap.complete_job($id, $fence)" 2>&1 | grep -o 'JC001' | head -1 || true)"
+
 # What does not run on a cluster yet is refused at once with 0A000 (src/spi/citus.cpp's
 # kNotDistributed), not with Citus's planner error from inside: each listed function, called.
 declare -A calls=(
