@@ -462,6 +462,46 @@ class ProcessTest(Base):
         self.assertEqual(self.job(first)[0:2], ("succeeded", 1), out)
         self.assertEqual(self.job(second)[0:2], ("pending", 0))
 
+    def read_until(self, proc, prefix):
+        while True:
+            line = proc.stdout.readline()
+            self.assertTrue(line, f"the worker exited before printing {prefix!r}")
+            if line.startswith(prefix):
+                return line.strip()
+
+    def check_cancel_stops_the_handler(self, **env):
+        long = self.enqueue({"n": 1})
+        proc = self.spawn("cancel", LEASE=30, TIMEOUT=20, **env)
+        self.assertEqual(self.read_until(proc, "started"), f"started {long}")
+        sent = time.monotonic()
+        self.assertTrue(self.conn.execute("SELECT jobcap.cancel_job(%s)", (long,)).fetchone()[0])
+        self.assertEqual(self.read_until(proc, "settled"), f"settled {long} cancelled")
+        took = time.monotonic() - sent
+        self.assertLess(took, 2.0, "the handler was not stopped within 2 s of cancel_job")
+        # The worker goes on: it claims and completes the next job.
+        quick = self.enqueue({"quick": True})
+        self.assertEqual(self.read_until(proc, "settled"), f"settled {quick} succeeded")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        # Cancelled, its one attempt not retried, the handler's write rolled back.
+        self.assertEqual(self.job(long)[0:2], ("cancelled", 1))
+        self.assertEqual(self.effects(long), [])
+        self.assertEqual(self.job(quick)[0:2], ("succeeded", 1))
+        kinds = [k for k, in self.conn.execute(
+            "SELECT kind FROM jobcap.job_errors WHERE job_id = %s ORDER BY seq",
+            (long,))]
+        self.assertEqual(kinds.count("cancelled"), 1, kinds)
+        self.assertNotIn("error", kinds)
+        return took
+
+    def test_cancel_job_stops_the_running_handler(self):
+        self.check_cancel_stops_the_handler()
+
+    def test_without_listen_a_cancellation_is_found_by_polling(self):
+        # What a worker behind PgBouncer in transaction pooling does (pooling.py).
+        self.check_cancel_stops_the_handler(LISTEN=0, CANCEL_POLL=0.3)
+
     def test_the_main_thread_timer_interrupts_a_sleep(self):
         job_id = self.enqueue(max_attempts=1)
         proc = self.spawn("sleeper", LEASE=3, TIMEOUT=0.5)
