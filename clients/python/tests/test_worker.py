@@ -425,6 +425,46 @@ class ConnectionLossTest(Base):
         self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
 
 
+class CancelTest(Base):
+    """cancel_job reaches the handler of a worker run in a thread (IsolatedCancelTest: in a pool
+    process); ProcessTest does the same with worker processes."""
+
+    def test_a_cancelled_handler_gets_job_cancelled_and_the_worker_goes_on(self):
+        seen = []
+
+        def handler(job):
+            if job.payload.get("quick"):
+                return
+            try:
+                for _ in range(400):
+                    time.sleep(0.05)
+            except jobcap.JobCancelled as cancelled:
+                seen.append((cancelled.reason, job.cancelled.is_set()))
+                raise
+
+        long = self.enqueue({"n": 1})
+        self.start(handler, lease=30, timeout=20)
+        wait_for(lambda: self.job(long)[0] == "running")
+        time.sleep(0.2)
+        sent = time.monotonic()
+        self.conn.execute("SELECT jobcap.cancel_job(%s)", (long,))
+        wait_for(lambda: any(o[0] == long for o in self.outcomes), timeout=5)
+        self.assertLess(time.monotonic() - sent, 2.0)
+        (job_id, outcome, error), = self.outcomes
+        self.assertEqual(outcome, "cancelled")
+        self.assertIsInstance(error, jobcap.JobCancelled)
+        self.assertEqual(error.reason, "cancelled")
+        if not self.isolate:
+            self.assertEqual(seen, [("cancelled", True)])
+        quick = self.enqueue({"quick": True})
+        wait_for(lambda: self.job(quick)[0] == "succeeded", timeout=5)
+        self.assertEqual(self.job(long)[0:2], ("cancelled", 1))
+
+
+class IsolatedCancelTest(CancelTest):
+    isolate = True
+
+
 class ProcessTest(Base):
     """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
 
