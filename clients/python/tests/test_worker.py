@@ -461,6 +461,28 @@ class CancelTest(Base):
         self.assertEqual(self.job(long)[0:2], ("cancelled", 1))
 
 
+    def test_an_attempt_past_max_run_time_stops_its_handler_and_is_retried(self):
+        def handler(job):
+            if job.attempt >= 2:
+                return
+            for _ in range(400):
+                time.sleep(0.05)
+
+        self.conn.execute("SELECT jobcap.alter_queue(%s, max_run_time => '1 second')",
+                          (self.queue,))
+        job_id = self.enqueue()
+        self.start(handler, lease=30, timeout=20)
+        wait_for(lambda: self.job(job_id)[0] == "running")
+        time.sleep(1.1)
+        # The background worker's pass, run here: it ends the attempt and notifies.
+        self.assertEqual(self.conn.execute("SELECT count(*) FROM jobcap.reap_jobs()"
+                                           ).fetchone()[0], 1)
+        wait_for(lambda: len(self.outcomes) == 2, timeout=5)
+        (_, first, error), (_, second, _) = self.outcomes
+        self.assertEqual((first, error.reason, second), ("cancelled", "timed_out", "succeeded"))
+        self.assertEqual(self.job(job_id)[0:2], ("succeeded", 2))
+
+
 class IsolatedCancelTest(CancelTest):
     isolate = True
 
