@@ -83,7 +83,7 @@ CANCEL_CHANNEL = "jobcap_cancel"
 CANCEL_GRACE = 1.0
 # The signals that tell a pool process its running job ended on the server, by reason.
 _CANCEL_SIGNALS = {"cancelled": signal.SIGUSR1, "timed_out": signal.SIGUSR2}
-# Without LISTEN: the states in which a running job's attempt is over (job_result polling).
+# Without LISTEN: which of the running jobs were cancelled (job_result polling).
 POLL_CANCELLED = ("SELECT j.job_id, r.state::text FROM pg_catalog.unnest(%s::bigint[]) AS j(job_id)"
                   " CROSS JOIN LATERAL jobcap.job_result(j.job_id) AS r"
                   " WHERE r.state = 'cancelled'")
