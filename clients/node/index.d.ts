@@ -10,7 +10,7 @@ export type Queryable = Pick<ClientBase, 'query'> | Pool;
 export type JobState = 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
 
 /** How an attempt ended, as the 'settled' event reports it. */
-export type Outcome = 'succeeded' | 'retry' | 'dead' | 'stale' | 'released';
+export type Outcome = 'succeeded' | 'retry' | 'dead' | 'stale' | 'released' | 'cancelled';
 
 /** A claimed job, as the handler sees it. */
 export interface Job<P = any> {
@@ -23,7 +23,8 @@ export interface Job<P = any> {
   leaseExpiresAt: Date;
   /** The connection with the job's transaction open: its writes commit with complete_job. */
   readonly client: ClientBase;
-  /** Aborts at the deadline (in-process handlers; an isolated one is killed). */
+  /** Aborts at the deadline (reason: JobTimeoutError; an isolated handler is killed then) and
+   * when the job is cancelled while it runs (reason: JobCancelledError). */
   readonly signal: AbortSignal;
   /** True when a failure now makes the job dead. */
   readonly lastAttempt: boolean;
@@ -71,6 +72,9 @@ export interface WorkerOptions<P = any> {
   /** LISTEN for wake-ups. Default: yes, unless the connection goes through a pooler
    * (PgBouncer), where the worker polls; true under session pooling. */
   listen?: boolean;
+  /** Without LISTEN: how often (ms, default 1000) the running jobs' states are read to stop the
+   * handlers of cancelled jobs. */
+  cancelPoll?: number;
 }
 
 export declare class Worker<P = any> extends EventEmitter {
@@ -101,6 +105,12 @@ export declare class StaleFenceError extends JobcapError {
   readonly detail?: string;
 }
 export declare class JobTimeoutError extends JobcapError {}
+/** The job's attempt ended on the server while its handler ran: cancel_job ('cancelled') or
+ * max_run_time ('timed_out'). The reason job.signal aborts with then. */
+export declare class JobCancelledError extends JobcapError {
+  constructor(message?: string, reason?: 'cancelled' | 'timed_out');
+  readonly reason: 'cancelled' | 'timed_out';
+}
 /** A handler's process died without settling its job; recorded with jobcap.crash_job. */
 export declare class HandlerCrashedError extends JobcapError {}
 /** An error an isolated handler threw, as text. */

@@ -15,8 +15,14 @@ new worker is started, and the job must be retried: its lease lapses, the reaper
 attempt (one job_errors row, lease_expired), and the second attempt succeeds with one effect.
 The worker is stopped with SIGTERM.
 
+The Python and Node workers then run one more hanging job, which is cancelled (cancel_job on a
+direct connection): the worker must say it stopped the handler within 5 s (LISTEN where it
+listens, its job_result polls where it does not: docs/workflows.md), and the job must end
+cancelled after its one attempt.
+
 A cell is "works" when every job succeeded with exactly one effect, the killed job with 2
-attempts and its lapsed lease counted, and the worker stopped cleanly (exit 0), "refused" when the worker exited at start with the message naming the pool
+attempts and its lapsed lease counted, the cancelled job stopped in time (Python and Node), and
+the worker stopped cleanly (exit 0), "refused" when the worker exited at start with the message naming the pool
 mode to use and claimed nothing. Each cell must be what EXPECTED says; the matrix is printed
 (the wake-up's time and whether the worker listened or polled) and the exit status is 0 only
 when every cell is as expected. --clients-dir runs another checkout's clients (what they did
@@ -373,6 +379,41 @@ class Run:
                           f"{states}, the killed job's attempts {attempts} (lapsed leases "
                           f"counted {lapsed}; other jobs not at 1 attempt: {others - 1}), retried "
                           f"in {result['kill']:.1f}s")
+        if ok and client in ("python", "node"):
+            self._cancel(mode, queue, result, out)
+
+    def _cancel(self, mode, queue, result, out) -> None:
+        """A running job cancelled from another session: its handler (hanging on its first
+        attempt) must be stopped within 5 s, the job cancelled after one attempt."""
+        conninfo = self.pgb.conninfo(mode.partition("+")[0])
+        with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
+            job_id = conn.execute("SELECT jobcap.enqueue_job(%s, %s)",
+                                  (queue, Jsonb({"n": 10000, "hang": True}))).fetchone()[0]
+        end = time.monotonic() + 30
+        while time.monotonic() < end and self.jobs(queue).get("running") is None:
+            time.sleep(0.05)
+        time.sleep(0.3)   # the handler is in its hang
+        t0 = time.monotonic()
+        self.direct.execute("SELECT jobcap.cancel_job(%s)", (job_id,))
+        stopped = re.compile(rf"job {job_id}\b[^\n]*(the handler was stopped|handler stopped)")
+        end = t0 + 10
+        found = False
+        while time.monotonic() < end and not found:
+            out.flush()
+            out.seek(0)
+            found = bool(stopped.search(out.read()))
+            if not found:
+                time.sleep(0.05)
+        took = time.monotonic() - t0
+        state, attempts = self.direct.execute("SELECT state::text, attempts FROM jobcap.jobs"
+                                              " WHERE job_id = %s", (job_id,)).fetchone()
+        result["cancel"] = took if found else None
+        ok = found and took < 5 and (state, attempts) == ("cancelled", 1)
+        result["why"] += (f"; cancelled: handler stopped in {took:.1f}s" if found else
+                          "; cancelled: the worker did not say it stopped the handler"
+                          ) + f", job {state} after {attempts} attempt(s)"
+        if not ok:
+            result["verdict"] = "FAILED"
 
 
 def main() -> int:

@@ -15,6 +15,9 @@ const worker = new jobcap.Worker({
       [job.payload.n, job.id, job.fence]);
   },
 });
+worker.on('settled', (job, outcome) => {
+  if (outcome === 'cancelled') console.log(`job ${job.id} cancelled: handler stopped`);
+});
 worker.run().then(() => process.exit(0), (err) => {
   if (jobcap.PoolModeError && err instanceof jobcap.PoolModeError) {
     console.log(`refused: ${err.message}`);

@@ -8,7 +8,7 @@
 // records the attempt as a crash (jobcap.crash_job).
 const { Client } = require('./multihost');
 const sql = require('./sql');
-const { isStale, translate, isConnectionError } = require('./errors');
+const { isStale, translate, isConnectionError, JobCancelledError } = require('./errors');
 
 const [modulePath, configJson] = process.argv.slice(2);
 const config = JSON.parse(configJson);
@@ -27,6 +27,8 @@ let handler;
 let client = null;
 const heartbeats = new Map();  // request id -> { resolve, reject }
 let nextRequest = 0;
+let cancelRunning = null;  // (jobId, reason): aborts the running job's handler
+const CANCELLED = Symbol('cancelled');
 
 function loadHandler() {
   const mod = require(modulePath);
@@ -104,8 +106,28 @@ async function run(data) {
   }
   const controller = new AbortController();
   const job = new ChildJob(data, db, controller.signal);
+  let reason = null;
+  const cancelled = new Promise((resolve) => {
+    cancelRunning = (jobId, why) => {
+      if (jobId !== job.id || reason) return;
+      reason = why;
+      resolve(CANCELLED);
+    };
+  });
   try {
-    await handler(job);
+    const work = Promise.resolve().then(() => handler(job));
+    const result = await Promise.race([work, cancelled]);
+    cancelRunning = null;
+    if (result === CANCELLED) {
+      // The attempt already ended on the server: abort the handler, drop the connection (and
+      // the job's transaction with it); whatever the handler does afterwards is ignored.
+      work.catch(() => {});
+      controller.abort(new JobCancelledError(`job ${job.id} ended on the server while its handler ran ` +
+        `(${reason})`, reason));
+      client = null;
+      db.end().catch(() => {});
+      return { outcome: 'cancelled', reason };
+    }
     if (!job._begun) {
       // Nothing to commit with the completion: the supervisor completes it in a batch.
       return { outcome: 'done', output: job.output == null ? null : JSON.stringify(job.output) };
@@ -115,6 +137,7 @@ async function run(data) {
     await db.query('COMMIT');
     return { outcome: state };
   } catch (err) {
+    cancelRunning = null;
     if (isConnectionError(err) && !isStale(err)) {
       client = null;
       db.end().catch(() => {});
@@ -150,6 +173,8 @@ async function run(data) {
 process.on('message', (msg) => {
   if (msg.type === 'run') {
     run(msg.job).then((result) => send({ type: 'outcome', jobId: msg.job.id, ...result }));
+  } else if (msg.type === 'cancel') {
+    if (cancelRunning) cancelRunning(msg.jobId, msg.reason);
   } else if (msg.type === 'heartbeat') {
     const waiter = heartbeats.get(msg.id);
     if (!waiter) return;

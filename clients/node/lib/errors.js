@@ -28,6 +28,17 @@ class StaleFenceError extends JobcapError {
 /** The handler ran past its deadline. Also the reason of job.signal when it aborts. */
 class JobTimeoutError extends JobcapError {}
 
+/** The job's attempt ended on the server while its handler ran: it was cancelled
+ * (jobcap.cancel_job, `reason` 'cancelled') or its max_run_time passed ('timed_out'). The reason
+ * of job.signal when it aborts for that. The fence is stale: the worker neither completes nor
+ * fails the job. */
+class JobCancelledError extends JobcapError {
+  constructor(message = 'the job was cancelled while its handler ran', reason = 'cancelled') {
+    super(message);
+    this.reason = reason;
+  }
+}
+
 /** A handler's process died without settling its job (a signal, an exit): the attempt was
  * recorded with jobcap.crash_job, as a crash. */
 class HandlerCrashedError extends JobcapError {}
@@ -67,7 +78,8 @@ function isConnectionError(err) {
 }
 
 module.exports = {
-  STALE_FENCE, JobcapError, StaleFenceError, JobTimeoutError, HandlerCrashedError, HandlerError,
+  STALE_FENCE, JobcapError, StaleFenceError, JobTimeoutError, JobCancelledError, HandlerCrashedError,
+  HandlerError,
   PoolModeError, STATEMENT_POOLING, isStale, translate,
   isConnectionError,
 };

@@ -40,8 +40,8 @@ const pg = require('pg');
 const { Client } = require('./multihost');
 const sql = require('./sql');
 const { Watchdog } = require('./watchdog');
-const { JobTimeoutError, HandlerCrashedError, HandlerError, StaleFenceError, isStale, translate,
-  isConnectionError, PoolModeError, STATEMENT_POOLING } = require('./errors');
+const { JobTimeoutError, JobCancelledError, HandlerCrashedError, HandlerError, StaleFenceError,
+  isStale, translate, isConnectionError, PoolModeError, STATEMENT_POOLING } = require('./errors');
 
 const COLUMNS = 'job_id, fence, attempt, max_attempts, payload, lease_expires_at';
 const CLAIM = `SELECT ${COLUMNS} FROM jobcap.claim_job($1, $2, $3, $4)`;
@@ -58,6 +58,15 @@ const thenClaim = (complete, n) => `WITH done(n) AS MATERIALIZED (${complete}) S
 const MAX_BATCH = 10000;  // complete_jobs takes at most this many jobs per call
 const DONE = Symbol('done');
 const TIMEOUT = Symbol('timeout');
+const CANCELLED = Symbol('cancelled');
+/** The channel on which the server tells the worker holding a job that its attempt ended while
+ * it ran (cancel_job, max_run_time); payload {"job_id": n, "fence": f, "reason": r}. */
+const CANCEL_CHANNEL = 'jobcap_cancel';
+/** Isolated: how long a handler's process has to report a cancelled job before it is killed. */
+const CANCEL_GRACE = 1000;
+// Without LISTEN: the running jobs that were cancelled (job_result, 0.3.0).
+const POLL_CANCELLED = 'SELECT j.job_id::text AS job_id FROM pg_catalog.unnest($1::bigint[]) AS j(job_id)' +
+  " CROSS JOIN LATERAL jobcap.job_result(j.job_id) AS r WHERE r.state = 'cancelled'";
 
 /** A claimed job, as the handler sees it. `client` has the job's transaction open: write
  * through it and the writes commit with complete_job or not at all (do not COMMIT yourself).
@@ -124,7 +133,8 @@ const quietLogger = { info() {}, warn: (...a) => console.warn(...a), error: (...
  * 'released'. */
 class Worker extends EventEmitter {
   constructor({ connection, queue, handler, name, concurrency = 1, prefetch = 0, lease = 60000,
-    timeout, pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger, listen }) {
+    timeout, pollMin = 50, pollMax = 5000, exitOnHang = true, logger = quietLogger, listen,
+    cancelPoll = 1000 }) {
     super();
     if (typeof handler !== 'function' && typeof handler !== 'string') {
       throw new TypeError('handler must be a module path (isolated) or a function (in-process)');
@@ -139,6 +149,7 @@ class Worker extends EventEmitter {
         `(${lease} ms): the handler must stop while the lease is ours`);
     }
     if (!(pollMin > 0 && pollMin <= pollMax)) throw new RangeError('pollMin must be positive and at most pollMax');
+    if (!(cancelPoll > 0)) throw new RangeError('cancelPoll must be positive');
     this.config = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.queue = queue;
     this.handler = handler;
@@ -158,6 +169,12 @@ class Worker extends EventEmitter {
     // (see _ensureControl), where a transaction pooler would drop the notifications.
     this.listen = listen;
     this._pooled = false;
+    // Without LISTEN (through a transaction pooler), how often the running jobs' states are
+    // read to find the cancelled ones.
+    this.cancelPoll = cancelPoll;
+    this._listening = false;
+    this._cancelPollOk = true;  // false once job_result is missing (a database at 0.2.0)
+    this._polling = false;
 
     this._control = null;
     this._controlBroken = false;
@@ -212,6 +229,9 @@ class Worker extends EventEmitter {
     let poll = this.pollMin;
     let retry = 200;
     const keeper = setInterval(() => this._keepWaiting(), Math.max(this.lease / 3, 10));
+    const cancelWatch = setInterval(() => {
+      if (!this._listening) this._pollCancelled();
+    }, this.cancelPoll);
     try {
       if (this.isolated) {
         // Fails early, before any claim, when the handler's module cannot be loaded.
@@ -251,6 +271,7 @@ class Worker extends EventEmitter {
       await this._settleAtStop();
     } finally {
       clearInterval(keeper);
+      clearInterval(cancelWatch);
       if (handleSignals) {
         process.removeListener('SIGTERM', onSignal);
         process.removeListener('SIGINT', onSignal);
@@ -279,7 +300,7 @@ class Worker extends EventEmitter {
     while (!this._stopping && this._inflight.size < this.concurrency && this._waiting.length > 0) {
       const job = this._waiting.shift();
       if (job.lost) {
-        this._settled(job, 'stale', job.lost);
+        this._settled(job, job.lost instanceof JobCancelledError ? 'cancelled' : 'stale', job.lost);
         continue;
       }
       this._track(job);
@@ -318,6 +339,50 @@ class Worker extends EventEmitter {
         this.logger.warn(`worker ${this.name}: could not release job ${job.id} (${err.message}); ` +
           'it goes back when its lease expires');
       }
+    }
+  }
+
+  // --- cancellation ---------------------------------------------------------------------------
+
+  /** An attempt ended on the server (a notification on jobcap_cancel, or polling): stops its
+   * handler if it runs here, drops it if it waits to start. */
+  _onCancel(jobId, fence, reason) {
+    const entry = this._entries.get(jobId);
+    if (entry && entry.job.fence === fence && entry.cancel) entry.cancel(reason);
+    for (const job of this._waiting) {
+      if (job.id === jobId && job.fence === fence && !job.lost) {
+        job.lost = new JobCancelledError(`job ${jobId} ended on the server before it started (${reason})`, reason);
+      }
+    }
+  }
+
+  _onCancelNotification(payload) {
+    let message;
+    try {
+      message = JSON.parse(payload);
+    } catch (err) {
+      this.logger.warn(`worker ${this.name}: unreadable ${CANCEL_CHANNEL} payload ${payload}`);
+      return;
+    }
+    this._onCancel(Number(message.job_id), Number(message.fence), String(message.reason || 'cancelled'));
+  }
+
+  /** Without LISTEN: reads the states of the running jobs and stops the cancelled ones (also
+   * once after a new LISTEN, for a notification sent while the worker reconnected). On a
+   * database still at 0.2.0 (no job_result) the handler learns it at its next fenced call. */
+  async _pollCancelled() {
+    const running = [...this._entries.values()].filter((e) => e.cancel && !e.cancelled).map((e) => e.job);
+    if (running.length === 0 || !this._cancelPollOk || this._polling || !this._control) return;
+    this._polling = true;
+    try {
+      const { rows } = await this._onControl((control) =>
+        control.query(POLL_CANCELLED, [running.map((job) => job.id)]));
+      const fences = new Map(running.map((job) => [job.id, job.fence]));
+      for (const { job_id: id } of rows) this._onCancel(Number(id), fences.get(Number(id)), 'cancelled');
+    } catch (err) {
+      if (err && err.code === '42883') this._cancelPollOk = false;
+    } finally {
+      this._polling = false;
     }
   }
 
@@ -362,6 +427,7 @@ class Worker extends EventEmitter {
     client.on('end', () => { this._controlBroken = true; });
     client.on('notification', (note) => {
       if (note.channel === 'jobcap' && note.payload === this.queue) this._wake();
+      else if (note.channel === CANCEL_CHANNEL) this._onCancelNotification(note.payload);
     });
     let listening = false;
     try {
@@ -385,13 +451,16 @@ class Worker extends EventEmitter {
         }
       }
       listening = this.listen === undefined ? !this._pooled : Boolean(this.listen);
-      if (listening) await client.query('LISTEN jobcap');
+      if (listening) await client.query(`LISTEN jobcap; LISTEN ${CANCEL_CHANNEL}`);
     } catch (err) {
       client.end().catch(() => {});
       throw err;
     }
     this._control = client;
     this._controlBroken = false;
+    this._listening = listening;
+    // A notification sent while there was no listening connection is lost: look once.
+    if (listening && this._entries.size > 0) setImmediate(() => this._pollCancelled());
     if (listening) this.logger.info(`worker ${this.name}: connected, listening for queue ${this.queue}`);
     else {
       this.logger.info(`worker ${this.name}: connected through a pooler, polling queue ${this.queue} ` +
@@ -578,14 +647,36 @@ class Worker extends EventEmitter {
     const controller = new AbortController();
     job._client = client;
     job.signal = controller.signal;
-    const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null };
+    const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null,
+      cancel: null, cancelled: null };
     const timedOut = new Promise((resolve) => { entry.fire = resolve; });
+    const cancelled = new Promise((resolve) => {
+      entry.cancel = (reason) => {
+        if (entry.cancelled) return;
+        entry.cancelled = reason;
+        resolve(CANCELLED);
+      };
+    });
     this._entries.set(job.id, entry);
     this._arm(entry);
     let destroy = false;
     try {
       const work = Promise.resolve().then(() => this.handler(job));
-      const result = await Promise.race([work.then(() => DONE), timedOut.then(() => TIMEOUT)]);
+      const result = await Promise.race([work.then(() => DONE), timedOut.then(() => TIMEOUT), cancelled]);
+      if (result === CANCELLED) {
+        // The attempt already ended on the server (its fence is stale): abort the handler,
+        // drop its connection and transaction, and neither complete nor fail the job. A
+        // handler that ignores the signal runs on detached, without its connection.
+        work.catch(() => {});
+        this._unwatch(entry);
+        const err = new JobCancelledError(`job ${job.id} ended on the server while its handler ran ` +
+          `(${entry.cancelled})`, entry.cancelled);
+        controller.abort(err);
+        destroy = true;
+        await this._cancel(client);
+        this._settled(job, 'cancelled', err);
+        return;
+      }
       if (result === TIMEOUT) {
         work.catch(() => {});  // it runs on, detached and without its connection
         this._unwatch(entry);
@@ -702,12 +793,22 @@ class Worker extends EventEmitter {
       this.stop();
       return;
     }
-    const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null };
+    const entry = { job, deadline: job._grantedAt + this.timeout, timer: null, fire: null,
+      cancel: null, cancelled: null };
     let timedOut = false;
+    let killTimer = null;
     const ended = new Promise((resolve) => {
       entry.fire = () => {
         timedOut = true;
         child.kill('SIGKILL');
+      };
+      // The process aborts the handler's signal, drops its connection and reports at once; one
+      // that does not within CANCEL_GRACE is killed.
+      entry.cancel = (reason) => {
+        if (entry.cancelled || timedOut) return;
+        entry.cancelled = reason;
+        if (child.connected) child.send({ type: 'cancel', jobId: job.id, reason });
+        killTimer = setTimeout(() => child.kill('SIGKILL'), CANCEL_GRACE);
       };
       const onMessage = (msg) => {
         if (msg.type !== 'outcome' || msg.jobId !== job.id || timedOut) return;
@@ -728,8 +829,17 @@ class Worker extends EventEmitter {
     child.send({ type: 'run', job: { id: job.id, fence: job.fence, attempt: job.attempt,
       maxAttempts: job.maxAttempts, payload: job.payload, leaseExpiresAt: job.leaseExpiresAt } });
     const result = await ended;
+    if (killTimer) clearTimeout(killTimer);
     this._unwatch(entry);
     child.job = null;
+    if (entry.cancelled && (!result.message || result.message.outcome === 'cancelled')) {
+      if (result.message) this._children.push(child);
+      else if (!this._stopping) this._spare();
+      const how = result.message ? 'its handler was aborted' : 'its process was killed';
+      this._settled(job, 'cancelled', new JobCancelledError(`job ${job.id} ended on the server ` +
+        `while its handler ran (${entry.cancelled}); ${how}`, entry.cancelled));
+      return;
+    }
     if (result.message) {
       this._children.push(child);
       const msg = result.message;
@@ -813,7 +923,7 @@ class Worker extends EventEmitter {
   }
 
   _settled(job, outcome, error) {
-    if (outcome !== 'succeeded' && outcome !== 'stale' && outcome !== 'released') {
+    if (!['succeeded', 'stale', 'released', 'cancelled'].includes(outcome)) {
       this.logger.info(`worker ${this.name}: job ${job.id} attempt ${job.attempt}/${job.maxAttempts} ` +
         `failed (${outcome}): ${error && error.message}`);
     }

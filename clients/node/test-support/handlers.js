@@ -13,6 +13,12 @@ module.exports = async function handle(job) {
   if (what === 'abort') process.abort();
   if (what === 'throw') throw new RangeError(`bad input in job ${job.id}`);
   if (what === 'hang') for (;;) { /* a synchronous hang: only a kill ends it */ }
+  if (what === 'cancel') {  // worker_script.js cancel: writes, then waits 30 s unless quick
+    await job.query('INSERT INTO effects (job_id, fence) VALUES ($1, $2)', [job.id, job.fence]);
+    console.log(`started ${job.id}`);
+    if (!job.payload.quick) await sleep(30000);
+    return;
+  }
   if (what === 'beat') {
     for (let i = 0; i < 8; i++) {  // 2.4 s: past a 2 s lease
       await sleep(300);

@@ -397,6 +397,43 @@ describe('processes', () => {
     assert.deepEqual({ ...(await job(second)), fence: undefined }, { state: 'pending', attempts: 0, fence: undefined });
   });
 
+  // A long handler stopped within 2 s of cancel_job from another session; the job ends
+  // cancelled, its one attempt not retried, its write rolled back; the worker goes on.
+  async function cancelStopsTheHandler(env) {
+    await queue();
+    const isolated = env.ISOLATED === '1';
+    const long = await enqueue(isolated ? { do: 'cancel' } : {});
+    const child = spawnWorker('cancel', { LEASE: 30000, TIMEOUT: 20000, ...env });
+    await waitFor(() => child.output.includes(`started ${long}`));
+    const sent = Date.now();
+    const { rows } = await db.query('SELECT jobcap.cancel_job($1) AS ok', [long]);
+    assert.equal(rows[0].ok, true);
+    await waitFor(() => child.output.includes(`settled ${long} `), 5000);
+    const took = Date.now() - sent;
+    assert.match(child.output, new RegExp(`settled ${long} cancelled`), child.output);
+    assert.ok(took < 2000, `the handler was stopped ${took} ms after cancel_job`);
+    const quick = await enqueue(isolated ? { do: 'cancel', quick: true } : { quick: true });
+    await waitFor(() => child.output.includes(`settled ${quick} `), 5000);
+    assert.match(child.output, new RegExp(`settled ${quick} succeeded`), child.output);
+    child.kill('SIGTERM');
+    const { code } = await child.exited;
+    assert.equal(code, 0, child.output);
+    assert.deepEqual({ ...(await job(long)), fence: undefined }, { state: 'cancelled', attempts: 1, fence: undefined });
+    assert.deepEqual(await effects(long), []);
+    const kinds = (await db.query('SELECT kind FROM jobcap.job_errors WHERE job_id = $1 ORDER BY seq',
+      [long])).rows.map((r) => r.kind);
+    assert.deepEqual(kinds, ['cancelled']);
+    return took;
+  }
+
+  it('aborts a running handler when its job is cancelled, and goes on', () => cancelStopsTheHandler({}));
+  it('stops an isolated handler when its job is cancelled, and goes on',
+    () => cancelStopsTheHandler({ ISOLATED: '1' }));
+  it('without LISTEN finds a cancellation by polling', () =>
+    cancelStopsTheHandler({ LISTEN: '0', CANCEL_POLL: '300' }));
+  it('without LISTEN, isolated, finds a cancellation by polling', () =>
+    cancelStopsTheHandler({ LISTEN: '0', CANCEL_POLL: '300', ISOLATED: '1' }));
+
   it('kills a process whose event loop is blocked, before the lease runs out', async () => {
     await queue();
     const id = await enqueue();

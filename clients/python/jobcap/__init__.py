@@ -5,8 +5,8 @@
     worker.run()
 """
 from ._version import __version__
-from .errors import (STALE_FENCE, HandlerCrashed, JobcapError, JobTimeout, StaleFence, is_stale,
-                     translate)
+from .errors import (STALE_FENCE, HandlerCrashed, JobCancelled, JobcapError, JobTimeout,
+                     StaleFence, is_stale, translate)
 from .pooling import PoolModeError
 from .sql import (JobResult, assert_fence, complete, complete_and_claim, complete_jobs, crash,
                   create_queue, enqueue, fail, heartbeat, job_result, pause_queue, release,
@@ -14,7 +14,8 @@ from .sql import (JobResult, assert_fence, complete, complete_and_claim, complet
 from .worker import HANG_EXIT_STATUS, HandlerError, Job, Worker
 
 __all__ = [
-    "STALE_FENCE", "HandlerCrashed", "HandlerError", "JobcapError", "JobTimeout", "StaleFence",
+    "STALE_FENCE", "HandlerCrashed", "HandlerError", "JobCancelled", "JobcapError", "JobTimeout",
+    "StaleFence",
     "is_stale", "translate", "assert_fence", "complete", "complete_and_claim", "complete_jobs",
     "crash", "create_queue", "enqueue", "fail", "heartbeat", "job_result", "JobResult", "release",
     "pause_queue", "resume_queue", "schedule_job", "set_max_running", "unschedule_job",

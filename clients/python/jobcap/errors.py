@@ -48,6 +48,23 @@ class JobTimeout(BaseException):
     """
 
 
+class JobCancelled(BaseException):
+    """Raised inside a handler whose attempt ended on the server while it ran: the job was
+    cancelled (jobcap.cancel_job, reason "cancelled") or its max_run_time passed (reason
+    "timed_out"). The worker learns it from a notification on the channel jobcap_cancel (or, when
+    it cannot LISTEN, by polling) and stops the handler at once; the fence is already stale, so
+    nothing the handler writes can commit, and the worker neither completes nor fails the job.
+
+    A BaseException, like JobTimeout, so that ``except Exception`` does not swallow it. A handler
+    that would rather stop at a point of its own polls ``job.cancelled`` (a threading.Event).
+    """
+
+    def __init__(self, message: str = "the job was cancelled while its handler ran",
+                 reason: str = "cancelled"):
+        super().__init__(message)
+        self.reason = reason
+
+
 def is_stale(error: BaseException) -> bool:
     """True for a StaleFence, or a psycopg error carrying SQLSTATE JC001."""
     return isinstance(error, StaleFence) or (

@@ -57,7 +57,8 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 import psycopg
 
 from . import pooling, sql
-from .errors import HandlerCrashed, JobTimeout, StaleFence, as_stale, is_stale, translate
+from .errors import (HandlerCrashed, JobCancelled, JobTimeout, StaleFence, as_stale, is_stale,
+                     translate)
 
 log = logging.getLogger("jobcap")
 
@@ -74,6 +75,18 @@ COMPLETE = "SELECT jobcap.complete_job(%s, %s)::text"
 MAX_BATCH = 10000  # complete_jobs takes at most this many jobs per call
 
 HANG_EXIT_STATUS = 70
+
+#: The channel on which the server tells the worker holding a job that its attempt ended while
+#: it ran (cancel_job, max_run_time); payload {"job_id": n, "fence": f, "reason": r}.
+CANCEL_CHANNEL = "jobcap_cancel"
+#: Isolated: how long a pool process has to stop a cancelled handler before it is SIGKILLed.
+CANCEL_GRACE = 1.0
+# The signals that tell a pool process its running job ended on the server, by reason.
+_CANCEL_SIGNALS = {"cancelled": signal.SIGUSR1, "timed_out": signal.SIGUSR2}
+# Without LISTEN: which of the running jobs were cancelled (job_result polling).
+POLL_CANCELLED = ("SELECT j.job_id, r.state::text FROM pg_catalog.unnest(%s::bigint[]) AS j(job_id)"
+                  " CROSS JOIN LATERAL jobcap.job_result(j.job_id) AS r"
+                  " WHERE r.state = 'cancelled'")
 
 # Connections a forked process inherited from its supervisor: kept referenced and never closed
 # in the child (closing one would end the supervisor's session on the shared socket); the child
@@ -105,6 +118,10 @@ class Job:
         self.conn: Optional[psycopg.Connection] = None
         self.output: Any = None
         self.lost = False
+        #: Set when the job's attempt ended on the server while the handler ran (cancel_job, or
+        #: max_run_time: ``cancel_reason`` says which); the handler gets JobCancelled as well.
+        self.cancelled = threading.Event()
+        self.cancel_reason: Optional[str] = None
         self._worker = worker
         self._granted_at = granted_at  # monotonic time at or before the server granted the lease
 
@@ -174,7 +191,7 @@ class Worker:
                  poll_max: float = 5.0, on_settled: Optional[Settled] = None,
                  exit_on_hang: bool = True, isolate: bool = True, concurrency: int = 1,
                  prefetch: Optional[int] = None, settle_window: float = 0.05,
-                 listen: Optional[bool] = None):
+                 listen: Optional[bool] = None, cancel_poll: float = 1.0):
         if batch is not None and batch < 1:
             raise ValueError("batch must be at least 1")
         if concurrency < 1:
@@ -221,6 +238,17 @@ class Worker:
         # LISTEN for wake-ups: None, unless the connection goes through a pooler (pooling.py),
         # where a transaction pooler would drop the notifications: the loop polls then.
         self.listen = listen
+        # Without LISTEN, how often the running jobs' states are read to find the cancelled.
+        if cancel_poll <= 0:
+            raise ValueError("cancel_poll must be positive")
+        self.cancel_poll = cancel_poll
+        self._listening = False                 # the claim connection LISTENs (isolated)
+        self._cancel_notes: List[Tuple[int, int, str]] = []  # (job_id, fence, reason) to apply
+        self._cancel_polled = 0.0               # monotonic time of the last poll without LISTEN
+        self._cancel_poll_ok = True             # false once job_result is missing (0.2.0)
+        self._cancel_poll_due = False           # poll once now (a new LISTEN)
+        self._side_listening: Optional[psycopg.Connection] = None  # in-process: side LISTENs
+        self._cancel_reason: Optional[str] = None  # in-process: the running job was cancelled
 
         self._conn: Optional[psycopg.Connection] = None
         self._side: Optional[psycopg.Connection] = None
@@ -333,10 +361,22 @@ class Worker:
         self._conn = pooling.connect(self.conninfo, transactions=True, autocommit=False,
                                      application_name=app)
         self._woken = False
-        if self.listen or (self.listen is None and not self._conn.pooled):
+        self._listening = bool(self.listen or (self.listen is None and not self._conn.pooled))
+        if self._listening:
             self._conn.add_notify_handler(self._on_notify)
             self._conn.execute("LISTEN jobcap")
+            if self.isolate:  # in-process, the side connection listens (_watch_cancels)
+                self._conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                self._cancel_poll_due = True
             self._conn.commit()
+            if not self.isolate:
+                # Listening before the first claim: a job claimed later cannot have been
+                # cancelled before, so no notification for it can be missed.
+                with self._side_lock:
+                    try:
+                        self._side_listen()
+                    except psycopg.OperationalError:
+                        pass  # again in _watch_cancels
             log.info("worker %s: connected, listening for queue %s", self.name, self.queue)
         else:
             log.info("worker %s: connected through a pooler, polling queue %s (every %gs to "
@@ -390,6 +430,61 @@ class Worker:
     def _on_notify(self, note: psycopg.Notify) -> None:
         if note.channel == "jobcap" and note.payload == self.queue:
             self._woken = True
+        elif note.channel == CANCEL_CHANNEL:
+            self._note_cancel(note.payload)
+
+    def _note_cancel(self, payload: str) -> None:
+        """Keeps a notification of an attempt ended on the server, to be applied by the thread
+        that owns the running jobs."""
+        try:
+            message = json.loads(payload)
+            note = (int(message["job_id"]), int(message["fence"]),
+                    str(message.get("reason", "cancelled")))
+        except (ValueError, KeyError, TypeError):
+            log.warning("worker %s: unreadable %s payload %r", self.name, CANCEL_CHANNEL, payload)
+            return
+        with self._lock:
+            self._cancel_notes.append(note)
+
+    def _take_cancel_notes(self) -> List[Tuple[int, int, str]]:
+        with self._lock:
+            notes, self._cancel_notes = self._cancel_notes, []
+        return notes
+
+    def _poll_cancelled(self, conn: psycopg.Connection, jobs: List[Job]) -> None:
+        """Without LISTEN (through a transaction pooler): reads the states of the running jobs
+        every cancel_poll seconds and notes the cancelled ones; once, too, after a new LISTEN
+        (a notification sent while the worker reconnected is lost). job_result is 0.3.0's: on
+        a database still at 0.2.0 the worker learns a cancellation at its next fenced call."""
+        now = time.monotonic()
+        due = self._cancel_poll_due or now - self._cancel_polled >= self.cancel_poll
+        if not jobs or not self._cancel_poll_ok or not due:
+            return
+        self._cancel_polled = now
+        self._cancel_poll_due = False
+        autocommit = conn.autocommit
+        try:
+            conn.autocommit = True
+            rows = conn.execute(POLL_CANCELLED, ([job.id for job in jobs],)).fetchall()
+        except psycopg.errors.UndefinedFunction:
+            self._cancel_poll_ok = False
+            return
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as error:
+            log.info("worker %s: reading the running jobs' states failed (%s)", self.name,
+                     _first_line(error))
+            return
+        finally:
+            if not conn.closed and not conn.broken:
+                try:
+                    conn.autocommit = autocommit
+                except psycopg.Error:
+                    pass
+        fences = {job.id: job.fence for job in jobs}
+        with self._lock:
+            self._cancel_notes.extend((job_id, fences[job_id], "cancelled")
+                                      for job_id, _ in rows)
 
     def _drain_wake_pipe(self) -> None:
         try:
@@ -585,8 +680,7 @@ class Worker:
                     done_since = self._finished_since if self._finished else None
                     last = not self._waiting and not self._finished
                 if job.lost:
-                    self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence)
-                                  else None)
+                    self._settle_lost(job)
                     continue
                 if done_since is not None and time.monotonic() - done_since >= self.settle_window:
                     try:
@@ -663,6 +757,28 @@ class Worker:
                 raise _ConnectionLost(error) from error
             self._fail(job, f"JobTimeout: handler ran past its {self.timeout:g}s timeout",
                        timeout)
+        except JobCancelled as cancelled:
+            self._finish_handler()
+            # The attempt already ended on the server (its fence is stale): drop the connection
+            # and the job's transaction with it, neither completing nor failing the job.
+            try:
+                conn.cancel()
+            except Exception:
+                pass
+            self._disconnect()
+            try:
+                if self._in_child:
+                    self._connect_job()
+                else:
+                    self._connect()
+            except psycopg.OperationalError as error:
+                raise _ConnectionLost(error) from error
+            if job.cancel_reason is not None:
+                cancelled.reason = job.cancel_reason
+            log.info("worker %s: job %d fence %d ended on the server while its handler ran "
+                     "(%s); the handler was stopped", self.name, job.id, job.fence,
+                     cancelled.reason)
+            self._settled(job, "cancelled", cancelled)
         except Exception as error:
             if self._conn is None or conn.broken or conn.closed:
                 raise _ConnectionLost(error) from error
@@ -683,6 +799,14 @@ class Worker:
         finally:
             job.conn = None
         return []
+
+    def _settle_lost(self, job: Job) -> None:
+        """A held job whose lease a heartbeat found gone, or that was cancelled before it
+        started."""
+        if isinstance(job.lost, JobCancelled):
+            self._settled(job, "cancelled", job.lost)
+        else:
+            self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
 
     def _fail(self, job: Job, text: str, error: BaseException) -> None:
         conn = self._conn
@@ -707,11 +831,12 @@ class Worker:
         if self._in_child:
             self._report({"outcome": outcome, "error": None if error is None else _error_text(error),
                           "type": None if error is None else type(error).__name__,
-                          "operation": getattr(error, "operation", None)})
+                          "operation": getattr(error, "operation", None),
+                          "reason": getattr(error, "reason", None)})
             return
         if outcome == "succeeded":
             log.debug("worker %s: job %d succeeded", self.name, job.id)
-        elif outcome not in ("stale", "released"):
+        elif outcome not in ("stale", "released", "cancelled"):
             log.info("worker %s: job %d attempt %d/%d failed (%s): %s", self.name, job.id,
                      job.attempt, job.max_attempts, outcome,
                      _first_line(error))
@@ -727,6 +852,7 @@ class Worker:
         with self._lock:
             self._current = job
             self._interrupted = False
+            self._cancel_reason = None
             self._in_handler = True
             self._deadline = job._granted_at + self.timeout
         self._arm()
@@ -743,6 +869,9 @@ class Worker:
             signal.setitimer(signal.ITIMER_REAL, max(self._deadline - time.monotonic(), 0.001))
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self._in_handler and self._cancel_reason is not None and not self._interrupted:
+            self._interrupted = True
+            raise JobCancelled(reason=self._cancel_reason)
         if self._in_handler and not self._interrupted:
             if time.monotonic() < self._deadline:
                 self._arm()  # a heartbeat moved the deadline
@@ -791,6 +920,86 @@ class Worker:
             self._arm()
         return expires
 
+    def _on_cancel_signal(self, signum: int, frame: Any) -> None:
+        """A pool process: the supervisor says the running job ended on the server."""
+        reason = "timed_out" if signum == _CANCEL_SIGNALS["timed_out"] else "cancelled"
+        job = self._current
+        if job is not None:
+            job.cancel_reason = reason
+            job.cancelled.set()
+        if self._in_handler and not self._interrupted:
+            self._interrupted = True
+            raise JobCancelled(reason=reason)
+
+    def _cancel_current(self, job_id: int, fence: int, reason: str) -> None:
+        """In-process: stops the running handler if it runs that attempt, and drops a held job
+        that was cancelled before it started."""
+        with self._lock:
+            current = self._current
+            if current is not None and (current.id, current.fence) == (job_id, fence):
+                current.cancel_reason = reason
+                current.cancelled.set()
+                if self._in_handler and not self._interrupted:
+                    self._cancel_reason = reason
+                    if not self._use_alarm:
+                        self._interrupted = True
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                            ctypes.c_ulong(self._thread_id), ctypes.py_object(JobCancelled))
+            for job in self._waiting:
+                if (job.id, job.fence) == (job_id, fence) and not job.lost:
+                    job.lost = JobCancelled(reason=reason)
+        if self._use_alarm and self._cancel_reason is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0.001)  # _on_alarm raises it in the handler
+
+    def _side_listen(self) -> Tuple[psycopg.Connection, bool]:
+        """In-process, with _side_lock held: the side connection, LISTENing on jobcap_cancel
+        unless it goes through a pooler; returns it and whether it listens."""
+        if self._side is None or self._side.closed:
+            self._side = pooling.connect(self.conninfo, autocommit=True,
+                                         application_name=f"jobcap side {self.name}"[:63])
+        side = self._side
+        listen = bool(self.listen or (self.listen is None and not side.pooled))
+        if listen and self._side_listening is not side:
+            side.add_notify_handler(self._on_notify)
+            side.execute(f"LISTEN {CANCEL_CHANNEL}")
+            self._side_listening = side
+            self._cancel_poll_due = True
+        return side, listen
+
+    def _watch_cancels(self) -> None:
+        """In-process, from the supervisor thread: the side connection LISTENs on jobcap_cancel
+        (the work connection sits in the job's transaction, where no notification arrives)
+        or, through a transaction pooler, polls the running job's state."""
+        with self._lock:
+            current = self._current
+        if current is None and not self._cancel_notes:
+            return
+        with self._side_lock:
+            try:
+                side, listen = self._side_listen()
+                if listen:
+                    ready, _, _ = select.select([side.fileno()], [], [], 0)
+                    if ready:
+                        side.pgconn.consume_input()
+                        if side.pgconn.status != psycopg.pq.ConnStatus.OK:
+                            raise psycopg.OperationalError("the server closed the connection")
+                        while True:
+                            note = side.pgconn.notifies()
+                            if note is None:
+                                break
+                            if note.relname.decode() == CANCEL_CHANNEL:
+                                self._note_cancel(note.extra.decode())
+                if current is not None and (not listen or self._cancel_poll_due):
+                    self._poll_cancelled(side, [current])
+            except psycopg.Error as error:
+                log.warning("worker %s: watching for cancellations failed (%s)", self.name,
+                            _first_line(error))
+                if self._side is not None:
+                    self._side.close()
+                self._side = None
+        for job_id, fence, reason in self._take_cancel_notes():
+            self._cancel_current(job_id, fence, reason)
+
     def _supervise(self) -> None:
         tick = min(0.25, self.grace / 2)
         last = time.monotonic()
@@ -800,6 +1009,8 @@ class Worker:
             if now - last > tick * 4 + 1:
                 resumed = now  # the process was frozen (SIGSTOP, a VM pause): grant the grace anew
             last = now
+            if not self.isolate:
+                self._watch_cancels()
             with self._lock:
                 current, deadline = self._current, self._deadline
                 interrupted = self._interrupted
@@ -936,6 +1147,7 @@ class Worker:
             proc.job = job
             proc.deadline = job._granted_at + self.timeout
             proc.killed = False
+            proc.cancelled = None
             try:
                 while data:
                     data = data[os.write(proc.cmd_fd, data):]
@@ -954,7 +1166,7 @@ class Worker:
                     return None
                 job = self._waiting.popleft()
             if job.lost:
-                self._settled(job, "stale", job.lost if isinstance(job.lost, StaleFence) else None)
+                self._settle_lost(job)
                 continue
             if time.monotonic() - job._granted_at > self._renew_after:
                 # It waited behind others: renew its lease so the full timeout fits.
@@ -975,6 +1187,8 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # the supervisor decides when to stop
         signal.signal(signal.SIGALRM, self._on_alarm)
+        for sig in _CANCEL_SIGNALS.values():
+            signal.signal(sig, self._on_cancel_signal)
         # The supervisor's pipes to the other pool processes: a copy held here would keep a
         # process the supervisor let go from seeing the end of its command pipe.
         for proc in self._procs.values():
@@ -1077,6 +1291,12 @@ class Worker:
         for proc in self._procs.values():
             if proc.job is not None and not proc.killed:
                 wait = min(wait, max(proc.deadline + self.grace - now, 0.001))
+                if proc.cancelled:
+                    wait = min(wait, max(proc.cancel_at - now, 0.001))
+        if self._cancel_notes:
+            wait = 0.0
+        elif conn is not None and not self._listening and self._busy():
+            wait = min(wait, max(self._cancel_polled + self.cancel_poll - now, 0.001))
         ready, _, _ = select.select(fds, [], [], max(wait, 0))
         woken = False
         if self._wake_r in ready:
@@ -1092,8 +1312,18 @@ class Worker:
                         break
                     if note.relname == b"jobcap" and note.extra.decode() == self.queue:
                         woken = True
+                    elif note.relname.decode() == CANCEL_CHANNEL:
+                        self._note_cancel(note.extra.decode())
             except psycopg.Error:
                 self._disconnect()
+        if conn is not None and self._conn is conn and (not self._listening
+                                                        or self._cancel_poll_due):
+            try:
+                self._poll_cancelled(conn, [proc.job for proc in self._procs.values()
+                                            if proc.job is not None and not proc.cancelled])
+            except psycopg.Error:
+                self._disconnect()
+        self._apply_cancels()
         for pid, proc in list(self._procs.items()):
             if proc.report_fd in ready:
                 ended = self._read_reports(proc)
@@ -1102,6 +1332,14 @@ class Worker:
                 woken = True
         now = time.monotonic()
         for pid, proc in self._procs.items():
+            if proc.job is not None and not proc.killed and proc.cancelled and now >= proc.cancel_at:
+                log.warning("worker %s: job %d was cancelled and its handler did not stop within "
+                            "%gs; killing its process", self.name, proc.job.id, CANCEL_GRACE)
+                proc.killed = True
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             if proc.job is not None and not proc.killed and now >= proc.deadline + self.grace:
                 log.critical("worker %s: job %d ignored its timeout; killing its process before "
                              "its lease runs out", self.name, proc.job.id)
@@ -1111,6 +1349,29 @@ class Worker:
                 except ProcessLookupError:
                     pass
         return woken
+
+    def _apply_cancels(self) -> None:
+        """Isolated: signals the pool process running each attempt that ended on the server,
+        and drops the held jobs that were cancelled before they started."""
+        notes = self._take_cancel_notes()
+        if not notes:
+            return
+        now = time.monotonic()
+        for job_id, fence, reason in notes:
+            for pid, proc in self._procs.items():
+                job = proc.job
+                if job is None or proc.cancelled or (job.id, job.fence) != (job_id, fence):
+                    continue
+                proc.cancelled = reason
+                proc.cancel_at = now + CANCEL_GRACE
+                try:
+                    os.kill(pid, _CANCEL_SIGNALS.get(reason, signal.SIGUSR1))
+                except ProcessLookupError:
+                    pass
+            with self._lock:
+                for job in self._waiting:
+                    if (job.id, job.fence) == (job_id, fence) and not job.lost:
+                        job.lost = JobCancelled(reason=reason)
 
     def _read_reports(self, proc: "_Proc") -> bool:
         """Handles what a pool process wrote; True at end of file (the process is gone)."""
@@ -1174,6 +1435,13 @@ class Worker:
                    else f"status {os.WEXITSTATUS(status)}")
             log.warning("worker %s: pool process %d ended between jobs (%s); replacing it",
                         self.name, pid, how)
+            return
+        if proc.cancelled:
+            # Killed for not stopping, or ended on its own: the attempt already ended on the
+            # server, so there is no crash to record.
+            self._settled(job, "cancelled", JobCancelled(
+                f"the job's attempt ended on the server ({proc.cancelled}) and its process "
+                f"ended ({_exit_text(status)})", reason=proc.cancelled))
             return
         text = _exit_text(status)
         if os.WIFSIGNALED(status) and proc.killed:
@@ -1270,6 +1538,8 @@ class _Proc:
         self.deadline = 0.0
         self.killed = False
         self.dead = False
+        self.cancelled: Optional[str] = None  # the reason its running job ended on the server
+        self.cancel_at = 0.0                  # monotonic time it is killed if still running
 
 
 def _exit_text(status: int) -> str:
@@ -1288,6 +1558,9 @@ def _child_error(job: Job, message: dict) -> Optional[BaseException]:
                           operation=message.get("operation"))
     if message.get("type") == "JobTimeout":
         return JobTimeout(text)
+    if message["outcome"] == "cancelled":
+        return JobCancelled(text.splitlines()[0].removeprefix("JobCancelled: "),
+                            reason=message.get("reason") or "cancelled")
     return HandlerError(text, message.get("type"))
 
 

@@ -425,6 +425,68 @@ class ConnectionLossTest(Base):
         self.assertEqual(self.effects(job_id), [(self.job(job_id)[2],)])
 
 
+class CancelTest(Base):
+    """cancel_job reaches the handler of a worker run in a thread (IsolatedCancelTest: in a pool
+    process); ProcessTest does the same with worker processes."""
+
+    def test_a_cancelled_handler_gets_job_cancelled_and_the_worker_goes_on(self):
+        seen = []
+
+        def handler(job):
+            if job.payload.get("quick"):
+                return
+            try:
+                for _ in range(400):
+                    time.sleep(0.05)
+            except jobcap.JobCancelled as cancelled:
+                seen.append((cancelled.reason, job.cancelled.is_set()))
+                raise
+
+        long = self.enqueue({"n": 1})
+        self.start(handler, lease=30, timeout=20)
+        wait_for(lambda: self.job(long)[0] == "running")
+        time.sleep(0.2)
+        sent = time.monotonic()
+        self.conn.execute("SELECT jobcap.cancel_job(%s)", (long,))
+        wait_for(lambda: any(o[0] == long for o in self.outcomes), timeout=5)
+        self.assertLess(time.monotonic() - sent, 2.0)
+        (job_id, outcome, error), = self.outcomes
+        self.assertEqual(outcome, "cancelled")
+        self.assertIsInstance(error, jobcap.JobCancelled)
+        self.assertEqual(error.reason, "cancelled")
+        if not self.isolate:
+            self.assertEqual(seen, [("cancelled", True)])
+        quick = self.enqueue({"quick": True})
+        wait_for(lambda: self.job(quick)[0] == "succeeded", timeout=5)
+        self.assertEqual(self.job(long)[0:2], ("cancelled", 1))
+
+
+    def test_an_attempt_past_max_run_time_stops_its_handler_and_is_retried(self):
+        def handler(job):
+            if job.attempt >= 2:
+                return
+            for _ in range(400):
+                time.sleep(0.05)
+
+        self.conn.execute("SELECT jobcap.alter_queue(%s, max_run_time => '1 second')",
+                          (self.queue,))
+        job_id = self.enqueue()
+        self.start(handler, lease=30, timeout=20)
+        wait_for(lambda: self.job(job_id)[0] == "running")
+        time.sleep(1.1)
+        # The background worker's pass, run here: it ends the attempt and notifies.
+        self.assertEqual(self.conn.execute("SELECT count(*) FROM jobcap.reap_jobs()"
+                                           ).fetchone()[0], 1)
+        wait_for(lambda: len(self.outcomes) == 2, timeout=5)
+        (_, first, error), (_, second, _) = self.outcomes
+        self.assertEqual((first, error.reason, second), ("cancelled", "timed_out", "succeeded"))
+        self.assertEqual(self.job(job_id)[0:2], ("succeeded", 2))
+
+
+class IsolatedCancelTest(CancelTest):
+    isolate = True
+
+
 class ProcessTest(Base):
     """Workers as real processes: the main-thread timer, SIGTERM, the hard exit."""
 
@@ -461,6 +523,46 @@ class ProcessTest(Base):
         self.assertIn("exited cleanly", out)
         self.assertEqual(self.job(first)[0:2], ("succeeded", 1), out)
         self.assertEqual(self.job(second)[0:2], ("pending", 0))
+
+    def read_until(self, proc, prefix):
+        while True:
+            line = proc.stdout.readline()
+            self.assertTrue(line, f"the worker exited before printing {prefix!r}")
+            if line.startswith(prefix):
+                return line.strip()
+
+    def check_cancel_stops_the_handler(self, **env):
+        long = self.enqueue({"n": 1})
+        proc = self.spawn("cancel", LEASE=30, TIMEOUT=20, **env)
+        self.assertEqual(self.read_until(proc, "started"), f"started {long}")
+        sent = time.monotonic()
+        self.assertTrue(self.conn.execute("SELECT jobcap.cancel_job(%s)", (long,)).fetchone()[0])
+        self.assertEqual(self.read_until(proc, "settled"), f"settled {long} cancelled")
+        took = time.monotonic() - sent
+        self.assertLess(took, 2.0, "the handler was not stopped within 2 s of cancel_job")
+        # The worker goes on: it claims and completes the next job.
+        quick = self.enqueue({"quick": True})
+        self.assertEqual(self.read_until(proc, "settled"), f"settled {quick} succeeded")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        self.assertEqual(proc.returncode, 0, out)
+        # Cancelled, its one attempt not retried, the handler's write rolled back.
+        self.assertEqual(self.job(long)[0:2], ("cancelled", 1))
+        self.assertEqual(self.effects(long), [])
+        self.assertEqual(self.job(quick)[0:2], ("succeeded", 1))
+        kinds = [k for k, in self.conn.execute(
+            "SELECT kind FROM jobcap.job_errors WHERE job_id = %s ORDER BY seq",
+            (long,))]
+        self.assertEqual(kinds.count("cancelled"), 1, kinds)
+        self.assertNotIn("error", kinds)
+        return took
+
+    def test_cancel_job_stops_the_running_handler(self):
+        self.check_cancel_stops_the_handler()
+
+    def test_without_listen_a_cancellation_is_found_by_polling(self):
+        # What a worker behind PgBouncer in transaction pooling does (pooling.py).
+        self.check_cancel_stops_the_handler(LISTEN=0, CANCEL_POLL=0.3)
 
     def test_the_main_thread_timer_interrupts_a_sleep(self):
         job_id = self.enqueue(max_attempts=1)
@@ -574,7 +676,9 @@ class IsolationTest(Base):
         self.start(handle, lease=1.0, timeout=0.6)
         reaped = []
         while self.job(job_id)[0] != "succeeded":
-            reaped += self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()").fetchall()
+            # Only this job: an earlier test may leave a job of its own queue to its lease.
+            reaped += [r for r in self.conn.execute("SELECT job_id FROM jobcap.reap_jobs()")
+                       if r[0] == job_id]
             time.sleep(0.05)
         self.assertEqual(reaped, [])
         wait_for(lambda: self.outcomes)  # the child's report may follow its commit

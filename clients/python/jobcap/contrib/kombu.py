@@ -49,8 +49,14 @@ so a warm shutdown completes the tasks that finished while it waited for them. A
   ``time_out_job`` (history ``timed_out``, "time limit: hard time limit (N s) exceeded" or
   "... soft ..."); on a database still at jobcap 0.2.0 the hard one with ``crash_job``
   (``crashed``), the soft one with ``fail_job``.
-* ``revoke()`` cancels the task's job (``cancel_job``: a role with jobcap_operator); a running
-  one is refused at its next fenced call, its completion included.
+* ``revoke()`` cancels the task's job (``cancel_job``: a role with jobcap_operator). The server
+  then notifies the worker holding a running one (channel ``jobcap_cancel``, as for an attempt
+  ended by ``max_run_time``): the transport, LISTENing in the Celery worker's main process,
+  marks the task revoked and terminates it as Celery's ``revoke(terminate=True)`` does (SIGTERM
+  to the pool process running it; the result is REVOKED), with or without ``terminate``, since
+  the job is over either way. Its completion and its fenced calls are refused in any case.
+  Through a pooler (no LISTEN) the held jobs' states are polled instead (``cancel_poll``,
+  seconds, default 1).
 * settings that cannot work refuse the worker at start, naming each: task_acks_late=True,
   task_reject_on_worker_lost=True, task_acks_on_failure_or_timeout=False,
   worker_enable_remote_control=False and no task events (-E, worker_send_task_events): there
@@ -63,9 +69,11 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import json
 import logging
 import os
 import threading
+import time
 import weakref
 from queue import Empty
 from typing import Any, Dict, Optional, Tuple
@@ -83,6 +91,13 @@ log = logging.getLogger("jobcap.kombu")
 
 #: Headers the transport adds to each delivered message.
 JOB_HEADERS = ("jobcap_job_id", "jobcap_fence", "jobcap_attempt", "jobcap_max_attempts")
+
+#: The channel on which the server tells the worker holding a job that its attempt ended while
+#: it ran (cancel_job, max_run_time); payload {"job_id": n, "fence": f, "reason": r}.
+CANCEL_CHANNEL = "jobcap_cancel"
+POLL_CANCELLED = ("SELECT j.job_id FROM pg_catalog.unnest(%s::bigint[]) AS j(job_id)"
+                  " CROSS JOIN LATERAL jobcap.job_result(j.job_id) AS r"
+                  " WHERE r.state = 'cancelled'")
 
 CLAIM = ("SELECT job_id, fence, attempt, max_attempts, payload"
          " FROM jobcap.claim_job(%s, %s, %s, %s)")
@@ -306,13 +321,14 @@ class Channel(virtual.Channel):
     do_restore = True
     from_transport_options = virtual.Channel.from_transport_options + (
         "visibility_timeout", "max_attempts", "backoff_base", "backoff_max", "conninfo",
-        "worker_name", "create_queues", "notify")
+        "worker_name", "create_queues", "notify", "cancel_poll")
     visibility_timeout = 300.0
     max_attempts = None
     backoff_base = 10.0
     backoff_max = 3600.0
     conninfo = None
     worker_name = None
+    cancel_poll = 1.0
     create_queues = True
     notify = False
 
@@ -740,6 +756,49 @@ def _never_started(tags) -> set:
     return {t for t in tags if t not in started}
 
 
+def _on_cancel_note(payload: str) -> None:
+    try:
+        note = json.loads(payload)
+        job_id, fence = int(note["job_id"]), int(note["fence"])
+        reason = str(note.get("reason", "cancelled"))
+    except (ValueError, KeyError, TypeError):
+        log.warning("jobcap: unreadable %s payload %r", CANCEL_CHANNEL, payload)
+        return
+    _stop_task(job_id, fence, reason)
+
+
+def _stop_task(job_id: int, fence: int, reason: str) -> None:
+    """The attempt of a message this process holds ended on the server (cancel_job, which
+    revoke() calls, or max_run_time): its lease is no longer kept, and in a Celery worker its
+    task is marked revoked (one not started yet never runs) and, running, terminated as
+    Celery's revoke(terminate=True) does: SIGTERM to the pool process running it."""
+    import sys
+    tag = f"{job_id}.{fence}"
+    held = _heartbeats.pop(tag)
+    if held is None:
+        return
+    if "celery.worker.state" not in sys.modules:
+        return   # plain kombu: the consumer learns it when it acks (a stale fence, dropped)
+    from celery.worker import state
+    if held.task_id:
+        state.revoked.add(held.task_id)
+    controller = _worker_controller()
+    pool = getattr(controller, "pool", None)
+    for request in list(state.active_requests):
+        if getattr(getattr(request, "message", None), "delivery_tag", None) != tag:
+            continue
+        log.info("jobcap: job %s (task %s) ended on the server while it ran (%s): "
+                 "terminating it", job_id, request.id, reason)
+        if pool is None:
+            log.warning("jobcap: no worker pool to terminate task %s in", request.id)
+            return
+        try:
+            request.terminate(pool, signal="SIGTERM")
+        except Exception as error:   # a pool that cannot terminate (solo, threads)
+            log.warning("jobcap: task %s could not be terminated (%s); its completion will "
+                        "be refused", request.id, error)
+
+
 def _eta(headers: dict) -> Optional[dt.datetime]:
     eta = headers.get("eta")
     if not eta:
@@ -1054,6 +1113,35 @@ class Transport(virtual.Transport):
         self._acks: list = []
         self._wake_r = self._wake_w = -1
         self._wake_pending = False
+        self.cancel_poll = float(options.get("cancel_poll", 1.0))
+        _check_number("cancel_poll", self.cancel_poll, positive=True)
+        self._cancel_polled = 0.0
+        self._cancel_poll_ok = True
+
+    def _poll_cancelled(self) -> None:
+        """Without LISTEN (through a pooler), and once after each LISTEN: the held jobs that
+        were cancelled, read with job_result (0.3.0; on a database at 0.2.0 a running task
+        learns it at its ack or next fenced call)."""
+        now = time.monotonic()
+        if not self._cancel_poll_ok or (self._cancel_polled
+                                        and now - self._cancel_polled < self.cancel_poll):
+            return
+        self._cancel_polled = now
+        with _heartbeats.lock:
+            held = list(_heartbeats.held.values())
+        if not held:
+            return
+        try:
+            rows = _settle(held[0].conninfo, POLL_CANCELLED, ([h.job_id for h in held],))
+        except psycopg.errors.UndefinedFunction:
+            self._cancel_poll_ok = False
+            return
+        except psycopg.Error as error:
+            log.info("jobcap: reading the held jobs' states failed: %s", error)
+            return
+        fences = {h.job_id: h.fence for h in held}
+        for job_id, in rows or ():
+            _stop_task(job_id, fences[job_id], "cancelled")
 
     # --- Celery's event loop ----------------------------------------------------------------------
     #
@@ -1089,7 +1177,10 @@ class Transport(virtual.Transport):
         else:
             self._listen = listen
             self._listen.execute("LISTEN jobcap")
+            self._listen.execute(f"LISTEN {CANCEL_CHANNEL}")
             loop.add_reader(self._listen.fileno(), self._on_notify)
+            # A job cancelled while nothing listened (before this LISTEN, a reconnect).
+            self._cancel_polled = 0.0
         self.wake()
 
     def _on_notify(self) -> None:
@@ -1100,6 +1191,9 @@ class Transport(virtual.Transport):
             note = pgconn.notifies()
             if note is None:
                 break
+            if note.relname == CANCEL_CHANNEL.encode():
+                _on_cancel_note(note.extra.decode(errors="replace"))
+                continue
             queue = note.extra.decode(errors="replace")
             mine = mine or any(queue in ch._active_queues for ch in self.channels)
         if mine:
@@ -1127,6 +1221,8 @@ class Transport(virtual.Transport):
     def _poll_once(self) -> None:
         """Settles what was acked, then claims what the consumers take now, each queue's in
         one claim_job (its batch: the room left by the prefetch limit)."""
+        if self._listen is None or self._cancel_polled == 0.0:
+            self._poll_cancelled()
         acks, self._acks = self._acks, []
         full = False
         for channel in list(self.channels):

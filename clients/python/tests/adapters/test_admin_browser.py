@@ -73,6 +73,7 @@ class AdminBrowserTest(unittest.TestCase):
         cls.poison = cls.make_poison()
         cls.djq_job, cls.djq_task = cls.make_django_q_failure()
         cls.celery_job = cls.make_celery_failure()
+        cls.render_job, cls.render_waiting = cls.make_timed_out_and_waiting()
         cls.port = free_port()
         cls.log = open(os.path.join(server.dir, "runserver.log"), "w+")
         cls.web = subprocess.Popen(cls.manage + ["runserver", "--noreload", "--insecure",
@@ -171,6 +172,24 @@ class AdminBrowserTest(unittest.TestCase):
                 " jobcap.claim_job_by_id(%s, 'celery@billing-1')", (job_id,))
         assert cls.state(job_id) == "dead"
         return job_id
+
+    @classmethod
+    def make_timed_out_and_waiting(cls):
+        """A job snoozed once (its attempt given back), then timed out at each of its two
+        attempts (dead at its cap); and a job waiting on a pending one."""
+        sql("SELECT jobcap.create_queue('render', max_attempts => 2, backoff_base => '0',"
+            " backoff_max => '0')")
+        job_id = sql("SELECT jobcap.enqueue_job('render', '{\"scene\": \"intro\"}')")[0][0]
+        sql("SELECT jobcap.snooze_job(job_id, fence, '0') FROM jobcap.claim_job('render', 'r-1')")
+        for _ in range(2):
+            sql("SELECT jobcap.time_out_job(job_id, fence, 'ran past its max_run_time (10 min)')"
+                " FROM jobcap.claim_job('render', 'r-1')")
+        assert cls.state(job_id) == "dead"
+        parent = sql("SELECT jobcap.enqueue_job('render', '{\"scene\": \"credits\"}')")[0][0]
+        child = sql("SELECT jobcap.enqueue_job('render', '{\"scene\": \"final\"}',"
+                    " depends_on => ARRAY[%s]::bigint[])", (parent,))[0][0]
+        assert cls.state(child) == "waiting"
+        return job_id, child
 
     @staticmethod
     def state(job_id):
@@ -332,6 +351,28 @@ class AdminBrowserTest(unittest.TestCase):
             self.shot("7-narrow-1024.png")
         finally:
             b.set_window_size(1400, 1000)
+
+    def test_7_timed_out_snoozed_and_waiting(self):
+        from selenium.webdriver.common.by import By
+        self.login("ops", "pw-ops-1")
+        b = self.browser
+        self.open_queue("render")
+        row = b.find_element(By.ID, f"job-{self.render_job}")
+        self.assertEqual(row.find_element(By.CLASS_NAME, "attempts").text, "2/2")
+        items = row.find_elements(By.TAG_NAME, "li")
+        self.assertEqual([li.get_attribute("class") for li in items],
+                         ["crash", "crash", "snooze"])
+        self.assertTrue(items[0].text.startswith("timed_out (attempt 2): ran past its "
+                                                 "max_run_time"), items[0].text)
+        self.assertTrue(items[2].text.startswith("snoozed (attempt 1)"), items[2].text)
+        self.assertIn("2 of these ended without a report", row.text)
+        render = b.find_element(By.XPATH, "//table[@id='queues']//tr[td/a[text()='render']]")
+        self.assertEqual(render.find_element(By.CLASS_NAME, "waiting-count").text, "1")
+        top = b.find_element(By.ID, f"top-{self.render_job}")
+        self.assertIn("of which 2 timed out", top.find_element(By.CLASS_NAME, "top-failures").text)
+        self.assertEqual(top.find_element(By.CLASS_NAME, "top-snoozes").text, "1")
+        self.assert_fits()
+        self.shot("8-timed-out-snoozed-waiting.png")
 
     def test_6_not_for_non_staff(self):
         self.login("clerk", "pw-clerk-1")

@@ -425,6 +425,30 @@ class CeleryScenarioTest(unittest.TestCase):
         wait_for(lambda: state(after)[0] == "succeeded", timeout=20)
         self.assertIsNone(w.proc.poll())
 
+    def test_revoke_terminate_stops_the_running_task_and_the_worker_goes_on(self):
+        # One pool process: the next task can only run once the revoked one was stopped.
+        w = self.start(concurrency=1, name="revoke-terminate")
+        result = celery_app.marked.delay("terminated while running", 30.0)
+        job_id = wait_for(lambda: job_of(result.id))
+        wait_for(lambda: sql("SELECT count(*) FROM effects WHERE job_id = %s", (job_id,))[0][0],
+                 timeout=20)
+        sent = time.monotonic()
+        result.revoke(terminate=True)
+        wait_for(lambda: result.state == "REVOKED", timeout=5)
+        took = time.monotonic() - sent
+        self.assertLess(took, 2.0, w.output()[-3000:])
+        self.assertIn(f"jobcap: job {job_id} (task {result.id}) ended on the server while it "
+                      "ran (cancelled): terminating it", w.output())
+        after = wait_for(lambda: job_of(celery_app.ok.delay("after the terminate").id))
+        wait_for(lambda: state(after)[0] == "succeeded", timeout=10)
+        self.assertIsNone(w.proc.poll())
+        # Cancelled, never retried: one attempt, no error history, only the unfenced row.
+        time.sleep(1)
+        self.assertEqual(state(job_id), ("cancelled", 1, 3))
+        self.assertEqual([k for _, k, _ in history(job_id)], ["cancelled"])
+        self.assertEqual(sql("SELECT what FROM effects WHERE job_id = %s", (job_id,)),
+                         [("terminated while running started",)])
+
     def test_chord_unlock_retries_do_not_use_up_a_cap(self):
         # celery.chord_unlock retries every second until the chord's header is done: five
         # seconds of header is more retries than the queue's cap of 3.

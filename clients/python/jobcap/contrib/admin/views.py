@@ -21,6 +21,8 @@ from .payloads import describe
 PAYLOAD_EXCERPT = 300
 PAYLOAD_DECODED_MAX = 65536      # bytes of payload fetched to be decoded, per dead job
 DEAD_PAGE = 200
+#: History kinds of attempts that ended without a report (a snooze is neither: no attempt ends).
+CRASHES = ("lease_expired", "crashed", "claim_rolled_back", "timed_out")
 
 
 def alias() -> str:
@@ -60,7 +62,9 @@ def dead_jobs(request, model_admin):
         "SELECT q.queue, q.max_attempts,"
         "   count(*) FILTER (WHERE j.state = 'dead') AS dead,"
         "   count(*) FILTER (WHERE j.state = 'pending') AS pending,"
-        "   count(*) FILTER (WHERE j.state = 'running') AS running"
+        "   count(*) FILTER (WHERE j.state = 'running') AS running,"
+        # compat(0.2.0): compared as text, as a 0.2.0 job_state has no 'waiting'.
+        "   count(*) FILTER (WHERE j.state::text = 'waiting') AS waiting"
         "  FROM jobcap.queues q LEFT JOIN jobcap.jobs j ON j.queue = q.queue"
         " GROUP BY q.queue, q.max_attempts ORDER BY q.queue")
     queue = request.GET.get("queue") or next((q["queue"] for q in queues if q["dead"]), None)
@@ -76,20 +80,20 @@ def dead_jobs(request, model_admin):
             "                coalesce(left(e.error, 300), '')"
             "           FROM jobcap.job_errors e WHERE e.job_id = j.job_id"
             "            AND e.kind IN ('error', 'lease_expired', 'crashed',"
-            "                           'claim_rolled_back')"
+            "                           'claim_rolled_back', 'timed_out', 'snoozed')"
             "          ORDER BY e.seq DESC LIMIT 3) AS failures"
             "  FROM jobcap.jobs j JOIN jobcap.queues q ON q.queue = j.queue"
             " WHERE j.queue = %s AND j.state = 'dead'"
             " ORDER BY j.finished_at DESC, j.job_id DESC LIMIT %s",
             (PAYLOAD_EXCERPT, PAYLOAD_EXCERPT, PAYLOAD_DECODED_MAX, queue, DEAD_PAGE))
         for job in dead:
-            job["crashes"] = sum(not f.startswith("error") for f in job["failures"])
+            job["crashes"] = sum(f.split(" ", 1)[0] in CRASHES for f in job["failures"])
             job["task"] = (describe(job["payload"], queue) if job["payload"] is not None else
                            {"kind": "large", "task": "", "args": "",
                             "note": "payload too large to decode here"})
-    top = rows("SELECT job_id, queue, state::text AS state, attempts, failures, errors,"
-               "       crashes, last_failure_at, last_errors"
-               "  FROM jobcap.top_failing_jobs(NULL, 10)")
+    # compat(0.2.0): timed_out and snoozes are 0.3.0's columns; without them the page shows
+    # neither.
+    top = rows("SELECT t.*, t.state::text AS state FROM jobcap.top_failing_jobs(NULL, 10) t")
     context.update(queues=queues, queue=queue, dead=dead, top=top)
     return TemplateResponse(request, "jobcap_admin/dead_jobs.html", context)
 
