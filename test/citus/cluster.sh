@@ -227,6 +227,8 @@ expect "shard move: every completion acknowledged is succeeded on the moved shar
 expect "shard move: calls failed only with a retry (40001-class) message" "" \
     "$(grep '^ERROR' "$dir/load.err" | grep -v 'moved to another node\|keep moving\|could not serialize' | head -3 || true)"
 echo "# under load: $enqueued enqueued, $claimed claimed, $completed completed, $(grep -c '^ERROR' "$dir/load.err" || true) calls told to retry"
+# (A job of its own: the load may have drained the queue.)
+q $c "SELECT jobcap.enqueue_job('q5', '{}')" >/dev/null
 read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q5', 'w', lease => '1 second')" | tr '|' ' ')
 st=running
 for _ in $(seq 1 30); do
@@ -239,6 +241,7 @@ expect "shard move: the new node's background worker reaps q5's expired lease" "
 # A worker node restarted with -m immediate while it holds a job claimed with a short lease:
 # after the restart its background worker reaps the job.
 read -r shard6 port6 < <(shard_of q6 | tr '|' ' ')
+q $c "SELECT jobcap.enqueue_job('q6', '{}')" >/dev/null
 read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q6', 'w', lease => '2 seconds')" | tr '|' ' ')
 for n in 1 2; do
     [ "${ports[$n]}" = "$port6" ] && pg_ctl -D "$dir/n$n" -m immediate -w restart -l "$dir/n$n.log" >/dev/null
