@@ -271,6 +271,21 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
             heap_getattr(q, shape.queue_rate_limit, desc, &unrated);
             row->limited = !unrated;
         }
+        // compat(0.2.0): no max_running_per_key or fairness on the 0.2.0 schema.
+        if (!row->limited && shape.queue_per_key != InvalidAttrNumber) {
+            bool unkeyed = true;
+            heap_getattr(q, shape.queue_per_key, desc, &unkeyed);
+            row->limited = !unkeyed;
+        }
+        if (!row->limited && shape.queue_fairness != InvalidAttrNumber) {
+            bool none = true;
+            Datum f = heap_getattr(q, shape.queue_fairness, desc, &none);
+            if (!none) {
+                text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
+                    reinterpret_cast<varlena*>(DatumGetPointer(f))));
+                row->limited = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
+            }
+        }
         row->cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], desc, &n[1]));
         row->epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], desc, &n[2]));
         Datum lease = heap_getattr(q, shape.queue[kQLease], desc, &n[3]);
