@@ -248,7 +248,7 @@ JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at" \
     DEADLINE_COLUMNS ")"                                                                           \
     "         SELECT q.queue, p.payload, $3, $4, $5, $6" DEADLINE_VALUES                           \
-    "           FROM q, " KEYS " WITH ORDINALITY AS p ORDER BY p.n"                                 \
+    "           FROM q, " KEYS " ORDER BY p.n"                                 \
     "         RETURNING job_id)"                                                                   \
     " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"        \
     " FROM q"
@@ -256,14 +256,14 @@ JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
 // $10: the concurrency keys (a text[] as long as the payloads, or NULL).
 JOBCAP_STATEMENT(enqueue_jobs,
                  ENQUEUE_JOBS(", max_run_time, start_by, concurrency_key", ", $8, $9, p.key",
-                              "unnest($2::jsonb[], $10::text[]) AS p(payload, key, n)"),
+                              "unnest($2::jsonb[], $10::text[]) WITH ORDINALITY AS p(payload, key, n)"),
                  {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
                   INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID},
                  PlanKind::generic);
 
 // compat(0.2.0): the 0.2.0 schema's, without max_run_time, start_by and concurrency_key.
 JOBCAP_STATEMENT(enqueue_jobs_0_2,
-                 ENQUEUE_JOBS("", "", "unnest($2::jsonb[]) AS p(payload, n)"),
+                 ENQUEUE_JOBS("", "", "unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n)"),
                  {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
 
