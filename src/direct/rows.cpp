@@ -281,9 +281,10 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
             bool none = true;
             Datum f = heap_getattr(q, shape.queue_fairness, desc, &none);
             if (!none) {
-                text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
-                    reinterpret_cast<varlena*>(DatumGetPointer(f))));
-                row->limited = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
+                text* t = reinterpret_cast<text*>(
+                    pg_detoast_datum_packed(reinterpret_cast<varlena*>(DatumGetPointer(f))));
+                row->limited =
+                    !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
             }
         }
         row->cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], desc, &n[1]));

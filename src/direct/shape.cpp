@@ -225,7 +225,8 @@ bool learn_shape()
     s.queue_per_key = column(RelationGetDescr(queues), "max_running_per_key", INT4OID);
     s.queue_fairness = column(RelationGetDescr(queues), "fairness", TEXTOID);
     if ((s.queue_per_key == InvalidAttrNumber &&
-         column(RelationGetDescr(queues), "max_running_per_key", InvalidOid) != InvalidAttrNumber) ||
+         column(RelationGetDescr(queues), "max_running_per_key", InvalidOid) !=
+             InvalidAttrNumber) ||
         (s.queue_fairness == InvalidAttrNumber &&
          column(RelationGetDescr(queues), "fairness", InvalidOid) != InvalidAttrNumber))
         s.direct = false;  // there, of another type

@@ -63,6 +63,7 @@ namespace statements {
     "(SELECT NOT q.paused AND q.max_running IS NULL AND q.rate_limit IS NULL"                      \
     "   AND q.max_running_per_key IS NULL AND q.fairness = 'fifo' FROM jobcap.queues q"            \
     "  WHERE q.queue = " QUEUE ") IS TRUE"
+// compat(0.2.0): the 0.2.0 schema's.
 #define QUEUE_OPEN_0_2(QUEUE)                                                                      \
     "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
     "  WHERE q.queue = " QUEUE ") IS TRUE"
@@ -121,22 +122,18 @@ JOBCAP_STATEMENT(claim_job_capped_0_2,
 
 // A keyed queue's claim (max_running_per_key or round-robin fairness), under its row lock with
 // $5 = what fits. $8 = max_running_per_key (NULL: none), $9 and $10 = the running jobs per key
-// (keys and counts, read with a fresh snapshot under the lock), $11 = round-robin, $12 and $13 =
-// the queue's turn (last_null, last_key; NULL: none yet). Every due job is ranked within its key
-// (rn: 1 for the key's first by priority, run_at, id); a job of a key fits when rn plus the key's
-// running jobs is within the limit, so a batch never takes a key past it (jobs without a key
-// fit always). fifo takes the fitting jobs by priority, run_at and id; round-robin by rn first
-// (a turn for every key), then the keys in order starting after the last claim's key (the jobs
-// without a key are one key of their own, before every other), and writes the turn the claim
-// ended on. The ranking reads every due job of the queue: the price of exactness, paid by keyed
-// queues only (docs/flow_control.md).
-#define KEYED_ORDER(R)                                                                             \
-    " CASE WHEN $11 THEN " R ".rn ELSE 0 END,"                                                     \
-    " CASE WHEN $11 THEN NOT coalesce((" R ".k IS NOT NULL, coalesce(" R ".k, ''))"                \
-    "   > (NOT $12, coalesce($13, '')), true) ELSE false END,"                                     \
-    " CASE WHEN $11 THEN " R ".k IS NOT NULL ELSE false END,"                                      \
-    " CASE WHEN $11 THEN coalesce(" R ".k, '') ELSE '' END,"                                       \
-    " " R ".priority, " R ".run_at, " R ".job_id"
+// (keys, counts: read fresh under the lock), $11 = round-robin, $12 and $13 = the queue's turn
+// (last_null, last_key; NULL: none yet). Every due job is ranked within its key (rn, by priority,
+// run_at, id); it fits when rn plus its key's running jobs is within the limit (jobs without a
+// key always), so a batch never takes a key past it. fifo takes the fitting jobs by priority,
+// run_at and id; round-robin by rn first (a turn per key), then the keys in order after the last
+// claim's key (no key is a key of its own, first), and writes the turn it ended on. The ranking
+// reads every due job of the queue: the price of exactness, paid by keyed queues only.
+#define KEYED_ORDER                                                                                \
+    " CASE WHEN $11 THEN f.rn ELSE 0 END, CASE WHEN $11 THEN NOT coalesce((f.k IS NOT NULL,"       \
+    "   coalesce(f.k, '')) > (NOT $12, coalesce($13, '')), true) ELSE false END,"                  \
+    " CASE WHEN $11 THEN f.k IS NOT NULL ELSE false END,"                                          \
+    " CASE WHEN $11 THEN coalesce(f.k, '') ELSE '' END, f.priority, f.run_at, f.job_id"
 #define CLAIM_KEYED(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
     "WITH ranked AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at,"                             \
@@ -150,8 +147,8 @@ JOBCAP_STATEMENT(claim_job_capped_0_2,
     "   LEFT JOIN unnest($9::text[], $10::int4[]) AS u(k, n) ON u.k = r.k"                         \
     "   WHERE r.k IS NULL OR $8::int4 IS NULL OR r.rn + coalesce(u.n, 0) <= $8),"                  \
     " picked AS MATERIALIZED (SELECT f.job_id, f.k,"                                               \
-    "     row_number() OVER (ORDER BY" KEYED_ORDER("f") ") AS ord"                                 \
-    "   FROM fits f ORDER BY" KEYED_ORDER("f") " LIMIT $5),"                                       \
+    "     row_number() OVER (ORDER BY" KEYED_ORDER ") AS ord"                                 \
+    "   FROM fits f ORDER BY" KEYED_ORDER " LIMIT $5),"                                       \
     " cohort AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"                                  \
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM picked))"                                   \
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"                                                      \
@@ -287,8 +284,7 @@ JOBCAP_STATEMENT(count_running,
 #define CAPPED_BY                                                                                  \
     "coalesce(q.max_running, q.rate_limit, q.max_running_per_key,"                                 \
     "  CASE WHEN q.fairness <> 'fifo' THEN 0 END)"
-JOBCAP_STATEMENT(queue_controls, QUEUE_CONTROLS(CAPPED_BY),
-                 {TEXTOID, OIDOID}, PlanKind::generic);
+JOBCAP_STATEMENT(queue_controls, QUEUE_CONTROLS(CAPPED_BY), {TEXTOID, OIDOID}, PlanKind::generic);
 // compat(0.2.0): the 0.2.0 schema's, without a rate limit.
 JOBCAP_STATEMENT(queue_controls_0_2, QUEUE_CONTROLS("q.max_running"), {TEXTOID, OIDOID},
                  PlanKind::generic);
@@ -298,8 +294,7 @@ JOBCAP_STATEMENT(queue_controls_0_2, QUEUE_CONTROLS("q.max_running"), {TEXTOID, 
     "SELECT q.queue, q.paused, " CAPPED                                                            \
     " FROM jobcap.jobs j"                                                                          \
     "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1"
-JOBCAP_STATEMENT(job_queue_controls, JOB_QUEUE_CONTROLS(CAPPED_BY),
-                 {INT8OID});
+JOBCAP_STATEMENT(job_queue_controls, JOB_QUEUE_CONTROLS(CAPPED_BY), {INT8OID});
 // compat(0.2.0): the 0.2.0 schema's, without a rate limit.
 JOBCAP_STATEMENT(job_queue_controls_0_2, JOB_QUEUE_CONTROLS("q.max_running"), {INT8OID});
 
@@ -314,13 +309,11 @@ struct Room {
     bool moved;  // the window was kept in another slot width (rate_period changed): write it
     core::RateWindow window;
     // A max_running_per_key or round-robin fairness applies: the claim is claim_job_keyed's.
-    bool keyed;
-    bool round_robin;
-    int32 per_key;  // 0: none
-    Datum keys, counts;  // the running jobs per key ((Datum) 0: none)
-    bool no_turn;        // round-robin: no turn written yet
+    bool keyed, round_robin;
+    int32 per_key;              // 0: none
+    Datum keys, counts;         // the running jobs per key ((Datum) 0: none)
+    bool no_turn, no_last_key;  // round-robin: no turn written yet; last_key NULL
     Datum last_null, last_key;
-    bool no_last_key;
 };
 
 // The length of a rate_period in microseconds (a month counts 30 days, a day 24 hours).
@@ -374,9 +367,7 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     int32 limit = DatumGetInt32(result_column(0, 3, &unrated));
     int64 slot_us = unrated ? 0 : core::rate_slot_us(period_usec(result_column(0, 4)));
-    r.per_key = DatumGetInt32(result_column(0, 5, &unkeyed));
-    if (unkeyed)
-        r.per_key = 0;
+    r.per_key = DatumGetInt32(result_column(0, 5, &unkeyed));  // 0 for NULL: no per-key limit
     r.round_robin = DatumGetBool(result_column(0, 6));
     r.keyed = r.per_key > 0 || r.round_robin;
     r.room = -1;
@@ -393,11 +384,9 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     }
     if (r.per_key > 0 && r.room != 0) {
         execute_fresh(statements::count_running_keys, p, SPI_OK_SELECT);
-        bool none = false;
+        bool none = false;  // (Datum) 0 for NULL: no key has running jobs
         r.keys = result_column(0, 1, &none);
-        r.counts = none ? (Datum) 0 : result_column(0, 2);
-        if (none)
-            r.keys = (Datum) 0;
+        r.counts = result_column(0, 2, &none);
     }
     r.no_turn = true;
     if (r.round_robin && r.room != 0 &&

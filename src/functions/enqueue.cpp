@@ -146,6 +146,7 @@ void read_key(FunctionCallInfo fcinfo, int at, EnqueueValues* v)
 // enqueue_jobs' concurrency_keys (argument `at`) into v: one key or NULL per payload.
 void read_keys(FunctionCallInfo fcinfo, int at, int n, EnqueueValues* v)
 {
+    // compat(0.2.0): the 0.2.0 declarations pass no keys.
     if (PG_NARGS() <= at || PG_ARGISNULL(at))
         return;
     ArrayType* a = PG_GETARG_ARRAYTYPE_P(at);
@@ -254,12 +255,13 @@ JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
     " FROM q"
 
 // $10: the concurrency keys (a text[] as long as the payloads, or NULL).
-JOBCAP_STATEMENT(enqueue_jobs,
-                 ENQUEUE_JOBS(", max_run_time, start_by, concurrency_key", ", $8, $9, p.key",
-                              "unnest($2::jsonb[], $10::text[]) WITH ORDINALITY AS p(payload, key, n)"),
-                 {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
-                  INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID},
-                 PlanKind::generic);
+JOBCAP_STATEMENT(
+    enqueue_jobs,
+    ENQUEUE_JOBS(", max_run_time, start_by, concurrency_key", ", $8, $9, p.key",
+                 "unnest($2::jsonb[], $10::text[]) WITH ORDINALITY AS p(payload, key, n)"),
+    {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID, INTERVALOID,
+     TIMESTAMPTZOID, TEXTARRAYOID},
+    PlanKind::generic);
 
 // compat(0.2.0): the 0.2.0 schema's, without max_run_time, start_by and concurrency_key.
 JOBCAP_STATEMENT(enqueue_jobs_0_2,
