@@ -119,6 +119,11 @@ SELECT outcome FROM jobcap.reap_jobs();
 SELECT count(*) AS claimed, min(j.concurrency_key) AS key
   FROM jobcap.claim_job('rk', 'w', 10) c JOIN jobcap.jobs j USING (job_id);
 
+-- metrics() shows the due jobs held back by the per-key limit (rk: y's second job; x's second
+-- waits for its retry's run_at, so it is not due).
+SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') AS line
+ WHERE line LIKE 'jobcap_jobs_held_by_key%' OR line LIKE '# TYPE jobcap_jobs_held_by_key%';
+
 -- Bad input: clear errors, nothing created or changed.
 SELECT jobcap.create_queue('bad', max_running_per_key => -1);
 \echo :LAST_ERROR_SQLSTATE
