@@ -294,82 +294,9 @@ CREATE INDEX jobs_start_by ON jobcap.jobs (start_by)
     WHERE start_by IS NOT NULL AND first_claimed_at IS NULL
       AND state OPERATOR(pg_catalog.<>) ALL ('{running,succeeded,dead,cancelled}');
 
--- New parameters, after the 0.2.0 ones (max_snoozes, max_run_time; depends_on, parent_outputs,
--- max_run_time, start_by): the 0.2.0 signatures are replaced. The C functions still accept the
--- old number of arguments, so a call that resolved an old declaration before this update commits
--- runs as it would have.
-DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer);
-CREATE FUNCTION jobcap.create_queue(
-    queue text,
-    max_attempts integer DEFAULT NULL,
-    lease interval DEFAULT '5 minutes',
-    backoff_base interval DEFAULT '10 seconds',
-    backoff_max interval DEFAULT '1 hour',
-    notify boolean DEFAULT false,
-    max_running integer DEFAULT NULL,
-    max_snoozes integer DEFAULT 10,
-    max_run_time interval DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, jobcap, pg_temp
-AS 'MODULE_PATHNAME', 'jobcap_create_queue';
-COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval) IS
-    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once; max_snoozes snoozes per job are free; max_run_time (NULL or 0: none) ends longer attempts.';
-
-DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer);
-CREATE FUNCTION jobcap.alter_queue(
-    queue text,
-    max_attempts integer DEFAULT NULL,
-    lease interval DEFAULT NULL,
-    backoff_base interval DEFAULT NULL,
-    backoff_max interval DEFAULT NULL,
-    notify boolean DEFAULT NULL,
-    max_running integer DEFAULT NULL,
-    max_snoozes integer DEFAULT NULL,
-    max_run_time interval DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, jobcap, pg_temp
-AS 'MODULE_PATHNAME', 'jobcap_alter_queue';
-COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval) IS
-    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit, as max_run_time => ''0'' does.';
-
--- enqueue_job and enqueue_jobs pin search_path in C, as in 0.2.0 (no SET clause: see "The hot
--- path" in jobcap--0.1.0--0.2.0.sql).
-DROP FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text);
-CREATE FUNCTION jobcap.enqueue_job(
-    queue text,
-    payload jsonb DEFAULT '{}',
-    run_at timestamptz DEFAULT pg_catalog.now(),
-    priority integer DEFAULT 0,
-    max_attempts integer DEFAULT NULL,
-    dedupe_key text DEFAULT NULL,
-    depends_on bigint[] DEFAULT NULL,
-    parent_outputs boolean DEFAULT false,
-    max_run_time interval DEFAULT NULL,
-    start_by timestamptz DEFAULT NULL)
-RETURNS bigint
-LANGUAGE C VOLATILE
-AS 'MODULE_PATHNAME', 'jobcap_enqueue_job';
-COMMENT ON FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz) IS
-    'Inserts a job; with depends_on it waits until each of those jobs has succeeded (parent_outputs: their outputs join its payload) and is cancelled when one dies or is cancelled; max_run_time bounds each attempt; a job not claimed by start_by is cancelled.';
-
-DROP FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer);
-CREATE FUNCTION jobcap.enqueue_jobs(
-    queue text,
-    payloads jsonb[],
-    run_at timestamptz DEFAULT pg_catalog.now(),
-    priority integer DEFAULT 0,
-    max_attempts integer DEFAULT NULL,
-    depends_on bigint[] DEFAULT NULL,
-    parent_outputs boolean DEFAULT false,
-    max_run_time interval DEFAULT NULL,
-    start_by timestamptz DEFAULT NULL)
-RETURNS bigint[]
-LANGUAGE C VOLATILE
-AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
-COMMENT ON FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz) IS
-    'Inserts a job per payload in one statement (ids in payload order), each with enqueue_job''s workflow options.';
+-- New parameters of create_queue, alter_queue, enqueue_job and enqueue_jobs (max_snoozes,
+-- max_run_time; depends_on, parent_outputs, max_run_time, start_by): their one declaration each
+-- is in the per-key concurrency section below, with every section's parameters.
 
 CREATE FUNCTION jobcap.snooze_job(job_id bigint, fence bigint, delay interval)
 RETURNS jobcap.job_state
@@ -462,10 +389,6 @@ SELECT j.job_id, j.queue, j.attempts,
 -- Privileges of the workflow objects (PUBLIC gets nothing). cancel_job: a worker role cancels the
 -- jobs of the queues granted to it (an operator, every job); job_tree: a worker sees its queues'.
 REVOKE ALL ON FUNCTION
-    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
-    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
-    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz),
-    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz),
     jobcap.snooze_job(bigint, bigint, interval),
     jobcap.time_out_job(bigint, bigint, text),
     jobcap.job_tree(bigint),
@@ -474,16 +397,12 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 REVOKE ALL ON jobcap.job_dependencies, jobcap.queue_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz),
-    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz),
     jobcap.snooze_job(bigint, bigint, interval),
     jobcap.time_out_job(bigint, bigint, text),
     jobcap.cancel_job(bigint),
     jobcap.job_tree(bigint)
 TO jobcap_worker;
 GRANT EXECUTE ON FUNCTION
-    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
-    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval),
     jobcap.job_tree(bigint),
     jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz),
     jobcap.queue_stats_between(timestamptz, timestamptz)
@@ -519,8 +438,50 @@ COMMENT ON COLUMN jobcap.queue_rates.slot_us IS 'The width of a slot in microsec
 COMMENT ON COLUMN jobcap.queue_rates.newest IS 'The newest slot counted (microseconds since 2000 / slot_us).';
 COMMENT ON COLUMN jobcap.queue_rates.counts IS 'Claims per slot, the 17 slots of the window, slot s at s % 17.';
 
--- rate_limit and rate_period, after every other parameter (those of issue 37 included).
-DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval);
+-- create_queue's and alter_queue's rate_limit and rate_period: in their one declaration, in the
+-- per-key concurrency section below. queue_rates is read and written only by jobcap's functions,
+-- as the owner of its tables.
+REVOKE ALL ON jobcap.queue_rates FROM PUBLIC;
+
+-- Per-key concurrency and fairness (issue 36): concurrency keys, max_running_per_key and
+-- round-robin fairness (docs/flow_control.md).
+
+-- A job's concurrency key (a tenant, a customer, an account): NULL for a job enqueued without
+-- one, so an ordinary enqueue writes nothing more (no default, no table rewrite here).
+ALTER TABLE jobcap.jobs ADD COLUMN concurrency_key text;
+COMMENT ON COLUMN jobcap.jobs.concurrency_key IS
+    'The job''s concurrency key: its queue''s max_running_per_key caps the running jobs of each key, and round-robin fairness takes keys in turn; NULL: none.';
+
+-- max_running_per_key: at most that many running jobs of each concurrency key (NULL: no limit;
+-- jobs without a key are not limited by it). fairness: 'fifo' hands due jobs out by priority,
+-- run_at and id; 'round_robin' across concurrency keys in turn first. A queue with either is
+-- capped: its claims take turns on its row, as with max_running.
+ALTER TABLE jobcap.queues
+    ADD COLUMN max_running_per_key integer CHECK (max_running_per_key OPERATOR(pg_catalog.>) 0),
+    ADD COLUMN fairness text NOT NULL DEFAULT 'fifo'
+        CHECK (fairness OPERATOR(pg_catalog.=) ANY ('{fifo,round_robin}'));
+COMMENT ON COLUMN jobcap.queues.max_running_per_key IS
+    'At most this many running jobs of each concurrency key; NULL: no limit (jobs without a key are never limited by it).';
+COMMENT ON COLUMN jobcap.queues.fairness IS
+    'fifo: due jobs by priority, run_at, id; round_robin: across concurrency keys in turn, then so within a key.';
+
+-- A round-robin queue's turn: the key its last claim ended on (last_null: the jobs without a
+-- key), written by the claim under the queue's row lock. No foreign key, as queue_rates;
+-- drop_queue deletes the row. Not dumped: after a restore the turn starts at the first key.
+CREATE TABLE jobcap.queue_turns (
+    queue     text PRIMARY KEY,
+    last_null boolean NOT NULL,
+    last_key  text
+);
+COMMENT ON TABLE jobcap.queue_turns IS
+    'The concurrency key each round-robin queue''s last claim ended on; the next claim starts after it.';
+
+-- The one declaration of each of the four functions whose parameters 0.3.0 extends, with every
+-- section's parameters in their order (issue 37's, rate limits', then this section's), each new
+-- one last with a default that keeps the 0.2.0 behaviour. The C functions still accept the 0.2.0
+-- number of arguments, so a call that resolved an old declaration before this update commits
+-- runs as it would have.
+DROP FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer);
 CREATE FUNCTION jobcap.create_queue(
     queue text,
     max_attempts integer DEFAULT NULL,
@@ -532,15 +493,17 @@ CREATE FUNCTION jobcap.create_queue(
     max_snoozes integer DEFAULT 10,
     max_run_time interval DEFAULT NULL,
     rate_limit integer DEFAULT NULL,
-    rate_period interval DEFAULT '1 second')
+    rate_period interval DEFAULT '1 second',
+    max_running_per_key integer DEFAULT NULL,
+    fairness text DEFAULT 'fifo')
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_create_queue';
-COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval) IS
-    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once; max_snoozes snoozes per job are free; max_run_time (NULL or 0: none) ends longer attempts; rate_limit (NULL or 0: none) caps its claims in any window of rate_period.';
+COMMENT ON FUNCTION jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text) IS
+    'Creates a queue; max_running (NULL or 0: no limit) caps the jobs of the queue that run at once; max_snoozes snoozes per job are free; max_run_time (NULL or 0: none) ends longer attempts; rate_limit (NULL or 0: none) caps its claims in any window of rate_period; max_running_per_key (NULL or 0: none) caps the running jobs of each concurrency key; fairness ''round_robin'' takes keys in turn.';
 
-DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval);
+DROP FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer);
 CREATE FUNCTION jobcap.alter_queue(
     queue text,
     max_attempts integer DEFAULT NULL,
@@ -552,24 +515,70 @@ CREATE FUNCTION jobcap.alter_queue(
     max_snoozes integer DEFAULT NULL,
     max_run_time interval DEFAULT NULL,
     rate_limit integer DEFAULT NULL,
-    rate_period interval DEFAULT NULL)
+    rate_period interval DEFAULT NULL,
+    max_running_per_key integer DEFAULT NULL,
+    fairness text DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_alter_queue';
-COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval) IS
-    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit, as max_run_time => ''0'' and rate_limit => 0 do.';
+COMMENT ON FUNCTION jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text) IS
+    'Changes the settings given (NULL: unchanged); max_running => 0 removes the limit, as max_run_time => ''0'', rate_limit => 0 and max_running_per_key => 0 do.';
 
--- Privileges of the flow control objects (PUBLIC gets nothing; queue_rates is read and written
--- only by jobcap's functions, as the owner of its tables).
+-- enqueue_job and enqueue_jobs pin search_path in C, as in 0.2.0 (no SET clause: see "The hot
+-- path" in jobcap--0.1.0--0.2.0.sql).
+DROP FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text);
+CREATE FUNCTION jobcap.enqueue_job(
+    queue text,
+    payload jsonb DEFAULT '{}',
+    run_at timestamptz DEFAULT pg_catalog.now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    dedupe_key text DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    parent_outputs boolean DEFAULT false,
+    max_run_time interval DEFAULT NULL,
+    start_by timestamptz DEFAULT NULL,
+    concurrency_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_job';
+COMMENT ON FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text) IS
+    'Inserts a job; with depends_on it waits until each of those jobs has succeeded (parent_outputs: their outputs join its payload) and is cancelled when one dies or is cancelled; max_run_time bounds each attempt; a job not claimed by start_by is cancelled; concurrency_key is the key its queue''s max_running_per_key and fairness apply to.';
+
+DROP FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer);
+CREATE FUNCTION jobcap.enqueue_jobs(
+    queue text,
+    payloads jsonb[],
+    run_at timestamptz DEFAULT pg_catalog.now(),
+    priority integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    parent_outputs boolean DEFAULT false,
+    max_run_time interval DEFAULT NULL,
+    start_by timestamptz DEFAULT NULL,
+    concurrency_keys text[] DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobcap_enqueue_jobs';
+COMMENT ON FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz, text[]) IS
+    'Inserts a job per payload in one statement (ids in payload order), each with enqueue_job''s workflow options; concurrency_keys: one key (or NULL) per payload.';
+
+-- Privileges of the four (PUBLIC gets nothing) and of queue_turns (jobcap's functions only).
 REVOKE ALL ON FUNCTION
-    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval),
-    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval)
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text),
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text),
+    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz, text[])
 FROM PUBLIC;
-REVOKE ALL ON jobcap.queue_rates FROM PUBLIC;
+REVOKE ALL ON jobcap.queue_turns FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval),
-    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval)
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text),
+    jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz, text[])
+TO jobcap_worker;
+GRANT EXECUTE ON FUNCTION
+    jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text),
+    jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text)
 TO jobcap_operator;
 
 -- Last, for every section above (keep it at the end of the file): as in 0.2.0, default

@@ -57,6 +57,11 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
             ids[first + i] = id;
             put(kJobId, Int64GetDatum(id), false);
             put(kPayload, payloads[first + i], false);
+            // compat(0.2.0): no concurrency_key on the 0.2.0 schema (nor a declaration that
+            // passes one).
+            if (shape.concurrency_key != InvalidAttrNumber)
+                row.set(shape.concurrency_key, v.keys == nullptr ? (Datum) 0 : v.keys[first + i],
+                        v.keys == nullptr || v.key_nulls[first + i]);
             ExecStoreHeapTuple(heap_form_tuple(desc, row.values, row.nulls), slots[i], true);
         }
         table_multi_insert(op.rel, slots, count, op.cid, 0, nullptr);

@@ -260,28 +260,50 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
     }
     *row = QueueRow{};
     if (found) {
+        // Deformed once: the row has nullable columns (max_running, rate_limit, ...), so every
+        // attribute after the first NULL would be a walk from the start with heap_getattr.
         TupleDesc desc = RelationGetDescr(queues);
-        bool n[6] = {};
-        row->paused = DatumGetBool(heap_getattr(q, shape.queue[kQPaused], desc, &n[0]));
-        heap_getattr(q, shape.queue[kQMaxRunning], desc, &row->limited);
-        row->limited = !row->limited;
-        // compat(0.2.0): no rate_limit on the 0.2.0 schema.
-        if (!row->limited && shape.queue_rate_limit != InvalidAttrNumber) {
-            bool unrated = true;
-            heap_getattr(q, shape.queue_rate_limit, desc, &unrated);
-            row->limited = !unrated;
+        constexpr int kOnStack = 32;
+        Datum stack_values[kOnStack];
+        bool stack_nulls[kOnStack];
+        bool on_heap = desc->natts > kOnStack;
+        Datum* v =
+            on_heap ? static_cast<Datum*>(palloc(sizeof(Datum) * desc->natts)) : stack_values;
+        bool* n = on_heap ? static_cast<bool*>(palloc(sizeof(bool) * desc->natts)) : stack_nulls;
+        heap_deform_tuple(q, desc, v, n);
+        auto at = [&](AttrNumber a) {
+            return v[a - 1];
+        };
+        auto null = [&](AttrNumber a) {
+            return n[a - 1];
+        };
+        row->paused = DatumGetBool(at(shape.queue[kQPaused]));
+        row->limited = !null(shape.queue[kQMaxRunning]);
+        // compat(0.2.0): no rate_limit, max_running_per_key or fairness on the 0.2.0 schema.
+        if (shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit))
+            row->limited = true;
+        if (shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key))
+            row->limited = true;
+        if (!row->limited && shape.queue_fairness != InvalidAttrNumber &&
+            !null(shape.queue_fairness)) {
+            text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
+                reinterpret_cast<varlena*>(DatumGetPointer(at(shape.queue_fairness)))));
+            row->limited = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
         }
-        row->cap = DatumGetInt32(heap_getattr(q, shape.queue[kQMaxAttempts], desc, &n[1]));
-        row->epoch = DatumGetInt64(heap_getattr(q, shape.queue[kQCapEpoch], desc, &n[2]));
-        Datum lease = heap_getattr(q, shape.queue[kQLease], desc, &n[3]);
-        row->lease = n[3] ? (Datum) 0 : datumCopy(lease, false, 16);
-        row->notify = DatumGetBool(heap_getattr(q, shape.queue[kQNotify], desc, &n[4]));
-        bool nb = false, nm = false;
-        Datum base = heap_getattr(q, shape.queue[kQBackoffBase], desc, &nb);
-        Datum max = heap_getattr(q, shape.queue[kQBackoffMax], desc, &nm);
-        row->backoff_base = nb ? (Datum) 0 : datumCopy(base, false, 16);
-        row->backoff_max = nm ? (Datum) 0 : datumCopy(max, false, 16);
-        found = !n[0] && !n[1] && !n[2] && !n[3] && !n[4] && !nb && !nm;
+        row->cap = DatumGetInt32(at(shape.queue[kQMaxAttempts]));
+        row->epoch = DatumGetInt64(at(shape.queue[kQCapEpoch]));
+        bool nl = null(shape.queue[kQLease]);
+        row->lease = nl ? (Datum) 0 : datumCopy(at(shape.queue[kQLease]), false, 16);
+        row->notify = DatumGetBool(at(shape.queue[kQNotify]));
+        bool nb = null(shape.queue[kQBackoffBase]), nm = null(shape.queue[kQBackoffMax]);
+        row->backoff_base = nb ? (Datum) 0 : datumCopy(at(shape.queue[kQBackoffBase]), false, 16);
+        row->backoff_max = nm ? (Datum) 0 : datumCopy(at(shape.queue[kQBackoffMax]), false, 16);
+        found = !null(shape.queue[kQPaused]) && !null(shape.queue[kQMaxAttempts]) &&
+                !null(shape.queue[kQCapEpoch]) && !nl && !null(shape.queue[kQNotify]) && !nb && !nm;
+        if (on_heap) {
+            pfree(v);
+            pfree(n);
+        }
     }
     systable_endscan(scan);
     table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction

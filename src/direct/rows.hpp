@@ -52,7 +52,7 @@ struct NewRow {
 // A queue's row as the statements read it (in op's snapshot).
 struct QueueRow {
     bool paused;
-    bool limited;  // max_running or rate_limit set
+    bool limited;  // max_running, rate_limit or max_running_per_key set, or not fifo
     int32 cap;
     int64 epoch;
     Datum lease;  // copied

@@ -70,7 +70,8 @@ bool learn_job_defaults(Relation jobs, Shape& s)
     // which matches no column, on the 0.2.0 one).
     const AttrNumber listed[] = {s.job[kJobId],      s.job[kQueue],    s.job[kPayload],
                                  s.job[kRunAt],      s.job[kPriority], s.job[kMaxAttempts],
-                                 s.job[kEnqueuedAt], s.start_by,       s.max_run_time};
+                                 s.job[kEnqueuedAt], s.start_by,       s.max_run_time,
+                                 s.concurrency_key};
     TupleDesc desc = RelationGetDescr(jobs);
     // enqueue_job lists dedupe_key (NULL without a key) and max_attempts (NULL: the queue's).
     return learn_defaults(jobs, listed, lengthof(listed), &s.defaults, &s.default_nulls) &&
@@ -79,7 +80,9 @@ bool learn_job_defaults(Relation jobs, Shape& s)
            (s.start_by == InvalidAttrNumber ||
             may_hold(TupleDescAttr(desc, s.start_by - 1), true)) &&
            (s.max_run_time == InvalidAttrNumber ||
-            may_hold(TupleDescAttr(desc, s.max_run_time - 1), true));
+            may_hold(TupleDescAttr(desc, s.max_run_time - 1), true)) &&
+           (s.concurrency_key == InvalidAttrNumber ||
+            may_hold(TupleDescAttr(desc, s.concurrency_key - 1), true));
 }
 
 // For failing: job_errors as the history statements write it (see Shape::failable).
@@ -170,7 +173,8 @@ bool learn_shape()
         Oid type;
     } workflow[] = {{&s.has_dependents, "has_dependents", BOOLOID},
                     {&s.start_by, "start_by", TIMESTAMPTZOID},
-                    {&s.max_run_time, "max_run_time", INTERVALOID}};
+                    {&s.max_run_time, "max_run_time", INTERVALOID},
+                    {&s.concurrency_key, "concurrency_key", TEXTOID}};
     for (auto& w : workflow) {
         *w.attr = column(desc, w.name, w.type);
         if (*w.attr == InvalidAttrNumber && column(desc, w.name, InvalidOid) != InvalidAttrNumber)
@@ -216,6 +220,15 @@ bool learn_shape()
     s.queue_rate_limit = column(RelationGetDescr(queues), "rate_limit", INT4OID);
     if (s.queue_rate_limit == InvalidAttrNumber &&
         column(RelationGetDescr(queues), "rate_limit", InvalidOid) != InvalidAttrNumber)
+        s.direct = false;  // there, of another type
+    // compat(0.2.0): max_running_per_key and fairness, absent on the 0.2.0 schema.
+    s.queue_per_key = column(RelationGetDescr(queues), "max_running_per_key", INT4OID);
+    s.queue_fairness = column(RelationGetDescr(queues), "fairness", TEXTOID);
+    if ((s.queue_per_key == InvalidAttrNumber &&
+         column(RelationGetDescr(queues), "max_running_per_key", InvalidOid) !=
+             InvalidAttrNumber) ||
+        (s.queue_fairness == InvalidAttrNumber &&
+         column(RelationGetDescr(queues), "fairness", InvalidOid) != InvalidAttrNumber))
         s.direct = false;  // there, of another type
     for (int c = 0; c < kQueueColumns; ++c) {
         s.queue[c] = column(RelationGetDescr(queues), kQueueColumnNames[c], kQueueColumnTypes[c]);

@@ -77,10 +77,17 @@ struct Shape {
     // completions), start_by (claims skip a job never claimed past it; enqueues write it) and
     // max_run_time (enqueues write it).
     AttrNumber has_dependents, start_by, max_run_time;
+    // compat(0.2.0): jobs.concurrency_key (enqueues write it), InvalidAttrNumber on the 0.2.0
+    // schema, as the workflow columns.
+    AttrNumber concurrency_key;
     // compat(0.2.0): queues.rate_limit, InvalidAttrNumber on the 0.2.0 schema (of another type
     // there, every call goes to the SQL path). A queue with one is capped: its claims go to the
     // SQL path (docs/direct_path.md).
     AttrNumber queue_rate_limit;
+    // compat(0.2.0): queues.max_running_per_key and fairness, InvalidAttrNumber on the 0.2.0
+    // schema (of another type there, every call goes to the SQL path). A queue with a per-key
+    // limit or round-robin fairness is capped too: its claims go to the SQL path.
+    AttrNumber queue_per_key, queue_fairness;
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);

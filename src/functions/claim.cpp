@@ -7,11 +7,13 @@
 // with jobcap preloaded, the reaper counts their attempts anyway; until it has, claims skip them.
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
-// queue with max_running or rate_limit hands out only what fits. The common case (none) costs
-// one one-time filter on the queue's row. A capped queue's claim runs a second path: it locks the
-// queue's row (claims of that queue take turns), counts the queue's running jobs and reads its
-// rate window (core/flow.hpp) with a fresh snapshot, claims at most what both allow, and charges
-// the window with what it claimed, in its own transaction.
+// queue with max_running, rate_limit or max_running_per_key hands out only what fits. The common
+// case (none) costs one one-time filter on the queue's row. A capped queue's claim runs a second
+// path: it locks the queue's row (claims of that queue take turns), counts the queue's running
+// jobs (per concurrency key too) and reads its rate window (core/flow.hpp) with a fresh snapshot,
+// claims at most what all allow, and charges the window with what it claimed, in its own
+// transaction. Round-robin fairness is a capped queue's too: its claim reads and writes the
+// queue's turn (jobcap.queue_turns) under the same lock.
 #include "housekeeping/rollbacks.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
@@ -55,10 +57,13 @@ namespace statements {
 
 // The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
 // claims, which run under the queue's row lock). A missing queue passes neither. A queue with a
-// rate_limit is capped too (compat(0.2.0): QUEUE_OPEN_0_2 on the 0.2.0 schema, which has none).
+// rate_limit, a max_running_per_key or round-robin fairness is capped too (compat(0.2.0):
+// QUEUE_OPEN_0_2 on the 0.2.0 schema, which has none).
 #define QUEUE_OPEN(QUEUE)                                                                          \
-    "(SELECT NOT q.paused AND q.max_running IS NULL AND q.rate_limit IS NULL FROM jobcap.queues q" \
+    "(SELECT NOT q.paused AND q.max_running IS NULL AND q.rate_limit IS NULL"                      \
+    "   AND q.max_running_per_key IS NULL AND q.fairness = 'fifo' FROM jobcap.queues q"            \
     "  WHERE q.queue = " QUEUE ") IS TRUE"
+// compat(0.2.0): the 0.2.0 schema's.
 #define QUEUE_OPEN_0_2(QUEUE)                                                                      \
     "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
     "  WHERE q.queue = " QUEUE ") IS TRUE"
@@ -115,6 +120,54 @@ JOBCAP_STATEMENT(claim_job_capped_0_2,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
+// A keyed queue's claim (max_running_per_key or round-robin fairness), under its row lock with
+// $5 = what fits. $8 = max_running_per_key (NULL: none), $9 and $10 = the running jobs per key
+// (keys, counts: read fresh under the lock), $11 = round-robin, $12 and $13 = the queue's turn
+// (last_null, last_key; NULL: none yet). Every due job is ranked within its key (rn, by priority,
+// run_at, id); it fits when rn plus its key's running jobs is within the limit (jobs without a
+// key always), so a batch never takes a key past it. fifo takes the fitting jobs by priority,
+// run_at and id; round-robin by rn first (a turn per key), then the keys in order after the last
+// claim's key (no key is a key of its own, first), and writes the turn it ended on. The ranking
+// reads every due job of the queue: the price of exactness, paid by keyed queues only.
+#define KEYED_ORDER                                                                                \
+    " CASE WHEN $11 THEN f.rn ELSE 0 END, CASE WHEN $11 THEN NOT coalesce((f.k IS NOT NULL,"       \
+    "   coalesce(f.k, '')) > (NOT $12, coalesce($13, '')), true) ELSE false END,"                  \
+    " CASE WHEN $11 THEN f.k IS NOT NULL ELSE false END,"                                          \
+    " CASE WHEN $11 THEN coalesce(f.k, '') ELSE '' END, f.priority, f.run_at, f.job_id"
+#define CLAIM_KEYED(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
+    "WITH ranked AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at,"                             \
+    "    row_number() OVER (PARTITION BY j.concurrency_key"                                        \
+    "      ORDER BY j.priority, j.run_at, j.job_id) AS rn"                                         \
+    "    FROM jobcap.jobs j"                                                                       \
+    "   WHERE " KEY "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY             \
+    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY               \
+    "     AND j.job_id <> ALL ($7)),"                                                              \
+    " fits AS (SELECT r.* FROM ranked r"                                                           \
+    "   LEFT JOIN unnest($9::text[], $10::int4[]) AS u(k, n) ON u.k = r.k"                         \
+    "   WHERE r.k IS NULL OR $8::int4 IS NULL OR r.rn + coalesce(u.n, 0) <= $8),"                  \
+    " picked AS MATERIALIZED (SELECT f.job_id, f.k,"                                               \
+    "     row_number() OVER (ORDER BY" KEYED_ORDER ") AS ord"                                 \
+    "   FROM fits f ORDER BY" KEYED_ORDER " LIMIT $5),"                                       \
+    " cohort AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"                                  \
+    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM picked))"                                   \
+    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"                                                      \
+    " claimed AS (" CLAIM_THE_COHORT(PAUSED START_BY, CAP) "),"                                    \
+    " turn AS (INSERT INTO jobcap.queue_turns AS t (queue, last_null, last_key)"                   \
+    "   SELECT $4, p.k IS NULL, p.k FROM picked p"                                                 \
+    "    WHERE $11 AND p.job_id IN (SELECT c.job_id FROM claimed c)"                               \
+    "    ORDER BY p.ord DESC LIMIT 1"                                                              \
+    "   ON CONFLICT (queue) DO UPDATE SET last_null = excluded.last_null,"                         \
+    "     last_key = excluded.last_key)"                                                           \
+    " SELECT * FROM claimed"
+
+JOBCAP_STATEMENT(claim_job_keyed,
+                 CLAIM_KEYED(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
+                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, START_BY_DUE),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID,
+                  INT4OID, TEXTARRAYOID, INT4ARRAYOID, BOOLOID, BOOLOID, TEXTOID},
+                 PlanKind::generic);
+
 // $4 = job_id, $5 = caller (NULL: privileged), $6 = jobs whose rolled-back claim is not counted.
 #define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP, START_BY)                                             \
     "WITH cohort AS MATERIALIZED ("                                                                \
@@ -135,6 +188,18 @@ JOBCAP_STATEMENT(claim_job_by_id_capped,
                  CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue"), " AND NOT q.paused",
                            JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP, START_BY_DUE),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
+                 PlanKind::steered);
+
+// The same for a keyed queue: $7 = max_running_per_key (NULL: none), $8 and $9 = the running
+// jobs per key (as claim_job_keyed's $9 and $10): a job of a key at its limit is not claimed.
+#define KEY_HAS_ROOM                                                                               \
+    " AND (j.concurrency_key IS NULL OR $7::int4 IS NULL OR coalesce((SELECT u.n"                  \
+    "   FROM unnest($8::text[], $9::int4[]) AS u(k, n) WHERE u.k = j.concurrency_key), 0) < $7)"
+JOBCAP_STATEMENT(claim_job_by_id_keyed,
+                 CLAIM_ONE(QUEUE_NOT_PAUSED("j.queue") KEY_HAS_ROOM, " AND NOT q.paused",
+                           JOBCAP_CAP_BY("j.queue"), JOBCAP_CAP, START_BY_DUE),
+                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID, INT4OID,
+                  TEXTARRAYOID, INT4ARRAYOID},
                  PlanKind::steered);
 
 // compat(0.2.0): the two on the 0.2.0 schema, without start_by.
@@ -168,14 +233,28 @@ JOBCAP_STATEMENT(claim_job_by_id_0_1,
 // expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
 // lease, so it is not a free slot. $1 = queue.
 JOBCAP_STATEMENT(lock_capped_queue,
-                 "SELECT q.paused, q.max_running, q.rate_limit, q.rate_period FROM jobcap.queues q"
+                 "SELECT q.paused, q.max_running, q.rate_limit, q.rate_period,"
+                 "   q.max_running_per_key, q.fairness = 'round_robin' FROM jobcap.queues q"
                  " WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
                  {TEXTOID});
 
-// compat(0.2.0): the 0.2.0 schema's, without a rate limit.
+// compat(0.2.0): the 0.2.0 schema's, without a rate limit, per-key limit or fairness.
 JOBCAP_STATEMENT(lock_capped_queue_0_2,
-                 "SELECT q.paused, q.max_running, NULL::int4, NULL::interval FROM jobcap.queues q"
-                 " WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
+                 "SELECT q.paused, q.max_running, NULL::int4, NULL::interval, NULL::int4, false"
+                 " FROM jobcap.queues q WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
+                 {TEXTOID});
+
+// A keyed queue's running jobs per concurrency key (keys, counts; NULL for none), read under
+// its row lock with a fresh snapshot, as count_running. $1 = queue.
+JOBCAP_STATEMENT(count_running_keys,
+                 "SELECT array_agg(c.k), array_agg(c.n) FROM (SELECT j.concurrency_key,"
+                 "   count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1"
+                 "   AND j.concurrency_key IS NOT NULL GROUP BY 1) AS c(k, n)",
+                 {TEXTOID});
+
+// A round-robin queue's turn, read under its row lock with a fresh snapshot. $1 = queue.
+JOBCAP_STATEMENT(read_turn,
+                 "SELECT t.last_null, t.last_key FROM jobcap.queue_turns t WHERE t.queue = $1",
                  {TEXTOID});
 
 // A rate-limited queue's window, read under its row lock with a fresh snapshot (the charges of
@@ -202,8 +281,10 @@ JOBCAP_STATEMENT(count_running,
 #define QUEUE_CONTROLS(CAPPED)                                                                     \
     "SELECT q.paused, " CAPPED ", " JOBCAP_MAY_WORK("$2", "$1") " FROM jobcap.queues q"             \
                                                               " WHERE q.queue = $1"
-JOBCAP_STATEMENT(queue_controls, QUEUE_CONTROLS("coalesce(q.max_running, q.rate_limit)"),
-                 {TEXTOID, OIDOID}, PlanKind::generic);
+#define CAPPED_BY                                                                                  \
+    "coalesce(q.max_running, q.rate_limit, q.max_running_per_key,"                                 \
+    "  CASE WHEN q.fairness <> 'fifo' THEN 0 END)"
+JOBCAP_STATEMENT(queue_controls, QUEUE_CONTROLS(CAPPED_BY), {TEXTOID, OIDOID}, PlanKind::generic);
 // compat(0.2.0): the 0.2.0 schema's, without a rate limit.
 JOBCAP_STATEMENT(queue_controls_0_2, QUEUE_CONTROLS("q.max_running"), {TEXTOID, OIDOID},
                  PlanKind::generic);
@@ -213,8 +294,7 @@ JOBCAP_STATEMENT(queue_controls_0_2, QUEUE_CONTROLS("q.max_running"), {TEXTOID, 
     "SELECT q.queue, q.paused, " CAPPED                                                            \
     " FROM jobcap.jobs j"                                                                          \
     "  JOIN jobcap.queues q ON q.queue = j.queue WHERE j.job_id = $1"
-JOBCAP_STATEMENT(job_queue_controls, JOB_QUEUE_CONTROLS("coalesce(q.max_running, q.rate_limit)"),
-                 {INT8OID});
+JOBCAP_STATEMENT(job_queue_controls, JOB_QUEUE_CONTROLS(CAPPED_BY), {INT8OID});
 // compat(0.2.0): the 0.2.0 schema's, without a rate limit.
 JOBCAP_STATEMENT(job_queue_controls_0_2, JOB_QUEUE_CONTROLS("q.max_running"), {INT8OID});
 
@@ -228,6 +308,12 @@ struct Room {
     bool rated;  // a rate limit applies: charge window with what the claim took
     bool moved;  // the window was kept in another slot width (rate_period changed): write it
     core::RateWindow window;
+    // A max_running_per_key or round-robin fairness applies: the claim is claim_job_keyed's.
+    bool keyed, round_robin;
+    int32 per_key;              // 0: none
+    Datum keys, counts;         // the running jobs per key ((Datum) 0: none)
+    bool no_turn, no_last_key;  // round-robin: no turn written yet; last_key NULL
+    Datum last_null, last_key;
 };
 
 // The length of a rate_period in microseconds (a month counts 30 days, a day 24 hours).
@@ -264,8 +350,9 @@ core::RateWindow read_window(const Params& queue, int64 slot_us, TimestampTz now
 }
 
 // How many more jobs queue may start now, under its row lock (taken here, held to commit):
-// 0 when it is paused, full or out of rate; -1 when it has no cap (any more). flow: the schema
-// has rate limits (compat(0.2.0): not the 0.2.0 one).
+// 0 when it is paused, full or out of rate; -1 when it has no cap (any more). A keyed queue's
+// (max_running_per_key or round-robin) also brings its running jobs per key and its turn.
+// flow: the schema has rate limits and keys (compat(0.2.0): not the 0.2.0 one).
 Room capped_room(Datum queue, TimestampTz now, bool flow)
 {
     Room r = {};
@@ -276,10 +363,13 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
         return r;
     if (DatumGetBool(result_column(0, 1)))
         return r;
-    bool uncapped = false, unrated = false;
+    bool uncapped = false, unrated = false, unkeyed = false;
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     int32 limit = DatumGetInt32(result_column(0, 3, &unrated));
     int64 slot_us = unrated ? 0 : core::rate_slot_us(period_usec(result_column(0, 4)));
+    r.per_key = DatumGetInt32(result_column(0, 5, &unkeyed));  // 0 for NULL: no per-key limit
+    r.round_robin = DatumGetBool(result_column(0, 6));
+    r.keyed = r.per_key > 0 || r.round_robin;
     r.room = -1;
     if (!uncapped) {
         execute_fresh(statements::count_running, p, SPI_OK_SELECT);
@@ -292,7 +382,27 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
         int32 rate_room = core::rate_room(r.window, limit);
         r.room = r.room < 0 ? rate_room : Min(r.room, rate_room);
     }
+    if (r.per_key > 0 && r.room != 0) {
+        execute_fresh(statements::count_running_keys, p, SPI_OK_SELECT);
+        bool none = false;  // (Datum) 0 for NULL: no key has running jobs
+        r.keys = result_column(0, 1, &none);
+        r.counts = result_column(0, 2, &none);
+    }
+    r.no_turn = true;
+    if (r.round_robin && r.room != 0 &&
+        execute_fresh(statements::read_turn, p, SPI_OK_SELECT) > 0) {
+        r.no_turn = false;
+        r.last_null = result_column(0, 1);
+        r.last_key = result_column(0, 2, &r.no_last_key);
+    }
     return r;
+}
+
+// The keyed claims' per-key parameters: max_running_per_key, the running jobs per key.
+void add_key_room(Params& p, const Room& r)
+{
+    p.add(Int32GetDatum(r.per_key), r.per_key == 0);
+    p.add(r.keys, r.keys == (Datum) 0).add(r.counts, r.keys == (Datum) 0);
 }
 
 // Charges the rate-limited queue's window with the jobs its claim took: after the claimed rows
@@ -362,12 +472,19 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
     if (DatumGetBool(result_column(0, 1)) || uncapped)
         return 0;
     *room = capped_room(queue.datum, call.now, flow);
-    if (room->room < 0)  // the cap was lifted meanwhile
+    if (room->room < 0 && !room->keyed)  // the cap was lifted meanwhile
         return execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
     if (room->room == 0)
         return 0;
-    return execute(capped_claim, claim_params(call, Min(call.batch, room->room), access),
-                   SPI_OK_UPDATE_RETURNING);
+    int32 batch = room->room < 0 ? call.batch : Min(call.batch, room->room);
+    if (!room->keyed)
+        return execute(capped_claim, claim_params(call, batch, access), SPI_OK_UPDATE_RETURNING);
+    Params keyed = claim_params(call, batch, access);
+    add_key_room(keyed, *room);
+    keyed.add(BoolGetDatum(room->round_robin));
+    keyed.add(room->last_null, room->no_turn);
+    keyed.add(room->last_key, room->no_turn || room->no_last_key);
+    return execute(statements::claim_job_keyed, keyed, SPI_OK_SELECT);
 }
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work and
@@ -564,9 +681,13 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
             result_column(0, 3, &uncapped);
             if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
                 room = capped_room(queue, now, flow);
-                if (room.room != 0)
+                if (room.room != 0 && room.keyed) {
+                    add_key_room(p, room);
+                    rows = execute(statements::claim_job_by_id_keyed, p, SPI_OK_UPDATE_RETURNING);
+                } else if (room.room != 0) {
                     rows = execute(room.room < 0 ? open_claim : capped_claim, p,
                                    SPI_OK_UPDATE_RETURNING);
+                }
             }
         }
     }

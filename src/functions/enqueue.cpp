@@ -26,6 +26,10 @@ constexpr int kMaxEnqueueBatch = 100000;
 // compat(0.2.0): a call through a 0.2.0 declaration passes none of them (PG_NARGS()).
 constexpr int kEnqueueJobWorkflow = 6;
 constexpr int kEnqueueJobsWorkflow = 5;
+// concurrency_key (enqueue_job) and concurrency_keys (enqueue_jobs), after the workflow
+// parameters (docs/flow_control.md). compat(0.2.0): not passed by the 0.2.0 declarations.
+constexpr int kEnqueueJobKey = kEnqueueJobWorkflow + 4;
+constexpr int kEnqueueJobsKeys = kEnqueueJobsWorkflow + 4;
 
 // What an enqueue's workflow parameters ask for: the jobs it depends on (sorted, each once).
 struct Dependencies {
@@ -111,6 +115,68 @@ void add_deadlines(Params& p, const EnqueueValues& v)
     p.add(TimestampTzGetDatum(v.start_by), v.no_start_by);
 }
 
+// A concurrency key: 1 to kMaxDedupeKey bytes, as a dedupe key.
+void check_key(const text* key, const char* what)
+{
+    std::size_t len = VARSIZE_ANY_EXHDR(key);
+    if (len == 0 || len > kMaxDedupeKey)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("%s must be 1 to %d bytes, not %zu", what,
+                               static_cast<int>(kMaxDedupeKey), len),
+                        errhint("NULL means no key.")));
+}
+
+// enqueue_job's concurrency_key (argument `at`) into v: keys_array a one-element text[] (for the
+// statements), keys and key_nulls its element (for the direct path); nothing when NULL or not
+// passed (compat(0.2.0)).
+void read_key(FunctionCallInfo fcinfo, int at, EnqueueValues* v)
+{
+    if (PG_NARGS() <= at || PG_ARGISNULL(at))
+        return;
+    text* key = PG_GETARG_TEXT_PP(at);
+    check_key(key, "concurrency_key");
+    Datum* keys = static_cast<Datum*>(palloc(sizeof(Datum)));
+    bool* nulls = static_cast<bool*>(palloc(sizeof(bool)));
+    keys[0] = PointerGetDatum(key);
+    nulls[0] = false;
+    v->keys = keys;
+    v->key_nulls = nulls;
+    v->keys_array = PointerGetDatum(construct_array(keys, 1, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+// enqueue_jobs' concurrency_keys (argument `at`) into v: one key or NULL per payload.
+void read_keys(FunctionCallInfo fcinfo, int at, int n, EnqueueValues* v)
+{
+    // compat(0.2.0): the 0.2.0 declarations pass no keys.
+    if (PG_NARGS() <= at || PG_ARGISNULL(at))
+        return;
+    ArrayType* a = PG_GETARG_ARRAYTYPE_P(at);
+    int count = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+    if (ARR_NDIM(a) > 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("concurrency_keys must be a one-dimensional array")));
+    if (count != n)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("concurrency_keys has %d elements for %d payloads", count, n),
+                        errhint("Give one key per payload, NULL for a job without one.")));
+    Datum* keys = nullptr;
+    bool* nulls = nullptr;
+    int got = 0;
+    deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &keys, &nulls, &got);
+    for (int i = 0; i < got; ++i)
+        if (!nulls[i])
+            check_key(DatumGetTextPP(keys[i]), "concurrency_keys element");
+    v->keys = keys;
+    v->key_nulls = nulls;
+    v->keys_array = PointerGetDatum(a);
+}
+
+// The keys' parameter of the 0.3.0 statements: a text[] with one key or NULL per job, or NULL.
+void add_keys(Params& p, const EnqueueValues& v)
+{
+    p.add(v.keys_array, v.keys == nullptr);
+}
+
 // Payloads that are to receive their parents' outputs must be JSON objects.
 void check_objects(const Datum* payloads, int n)
 {
@@ -163,9 +229,11 @@ namespace statements {
     "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1))"     \
     " FROM q"
 
-JOBCAP_STATEMENT(enqueue_job, ENQUEUE_JOB(", max_run_time, start_by", ", $9, $10"),
+// On the 0.3.0 schema also concurrency_key: $11, a one-element text[] (or NULL).
+JOBCAP_STATEMENT(enqueue_job,
+                 ENQUEUE_JOB(", max_run_time, start_by, concurrency_key", ", $9, $10, $11[1]"),
                  {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
-                  OIDOID, INTERVALOID, TIMESTAMPTZOID},
+                  OIDOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID},
                  PlanKind::generic);
 
 // compat(0.2.0): the 0.2.0 schema's, without max_run_time and start_by.
@@ -174,25 +242,31 @@ JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
                   OIDOID},
                  PlanKind::generic);
 
-// Many jobs, one statement: ids come back in the order of the payloads. $7 = caller.
-#define ENQUEUE_JOBS(DEADLINE_COLUMNS, DEADLINE_VALUES)                                            \
+// Many jobs, one statement: ids come back in the order of the payloads. $7 = caller. KEYS: the
+// payloads unnested with their concurrency keys (0.3.0) or alone (0.2.0).
+#define ENQUEUE_JOBS(DEADLINE_COLUMNS, DEADLINE_VALUES, KEYS)                                      \
     "WITH q AS (SELECT queue, notify FROM jobcap.queues"                                           \
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"                            \
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at" \
     DEADLINE_COLUMNS ")"                                                                           \
     "         SELECT q.queue, p.payload, $3, $4, $5, $6" DEADLINE_VALUES                           \
-    "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"         \
+    "           FROM q, " KEYS " ORDER BY p.n"                                 \
     "         RETURNING job_id)"                                                                   \
     " SELECT q.notify, coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"        \
     " FROM q"
 
-JOBCAP_STATEMENT(enqueue_jobs, ENQUEUE_JOBS(", max_run_time, start_by", ", $8, $9"),
-                 {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
-                  INTERVALOID, TIMESTAMPTZOID},
-                 PlanKind::generic);
+// $10: the concurrency keys (a text[] as long as the payloads, or NULL).
+JOBCAP_STATEMENT(
+    enqueue_jobs,
+    ENQUEUE_JOBS(", max_run_time, start_by, concurrency_key", ", $8, $9, p.key",
+                 "unnest($2::jsonb[], $10::text[]) WITH ORDINALITY AS p(payload, key, n)"),
+    {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID, INTERVALOID,
+     TIMESTAMPTZOID, TEXTARRAYOID},
+    PlanKind::generic);
 
-// compat(0.2.0): the 0.2.0 schema's, without max_run_time and start_by.
-JOBCAP_STATEMENT(enqueue_jobs_0_2, ENQUEUE_JOBS("", ""),
+// compat(0.2.0): the 0.2.0 schema's, without max_run_time, start_by and concurrency_key.
+JOBCAP_STATEMENT(enqueue_jobs_0_2,
+                 ENQUEUE_JOBS("", "", "unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n)"),
                  {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID},
                  PlanKind::generic);
 
@@ -206,10 +280,11 @@ JOBCAP_STATEMENT(
     "WITH q AS (SELECT queue, notify FROM jobcap.queues"
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$7", "$1") "),"
     " ins AS (INSERT INTO jobcap.jobs (queue, payload, run_at, priority, max_attempts, enqueued_at,"
-    "           max_run_time, start_by, state, waiting_on, finished_at)"
+    "           max_run_time, start_by, state, waiting_on, finished_at, concurrency_key)"
     "         SELECT q.queue, p.payload, $3, $4, $5, $6, $8, $9, $10::jobcap.job_state, $14,"
-    "           CASE WHEN $10 = 'cancelled' THEN $6 END"
-    "           FROM q, unnest($2::jsonb[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
+    "           CASE WHEN $10 = 'cancelled' THEN $6 END, p.key"
+    "           FROM q, unnest($2::jsonb[], $15::text[]) WITH ORDINALITY AS p(payload, key, n)"
+    "           ORDER BY p.n"
     "         RETURNING job_id, queue, attempts, fence, NULL::text AS worker),"
     " edges AS (INSERT INTO jobcap.job_dependencies (depends_on, job_id, pass_output)"
     "         SELECT d.id, i.job_id, $11 FROM ins i, unnest($12::bigint[]) AS d(id)),"
@@ -219,7 +294,7 @@ JOBCAP_STATEMENT(
     "   coalesce((SELECT array_agg(job_id ORDER BY job_id) FROM ins), '{}')"
     " FROM q",
     {TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, OIDOID,
-     INTERVALOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8ARRAYOID, TEXTOID, INT4OID},
+     INTERVALOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8ARRAYOID, TEXTOID, INT4OID, TEXTARRAYOID},
     PlanKind::generic);
 
 }  // namespace statements
@@ -289,6 +364,7 @@ Datum enqueue_with_dependencies(const Access& access, const char* function, cons
                                                     cause_dead ? "is dead" : "was cancelled")),
           cause == 0);
     p.add(Int32GetDatum(waiting));
+    add_keys(p, v);
     if (execute(statements::enqueue_dependents, p, SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);
         raise_unknown_queue(queue.cstr);  // created since the statement's snapshot
@@ -346,6 +422,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
     p.add(TimestampTzGetDatum(v.now)).add_caller(access);
     Dependencies deps;
     read_workflow(fcinfo, kEnqueueJobWorkflow, &v, &deps);
+    read_key(fcinfo, kEnqueueJobKey, &v);
     check_dependent(deps, !PG_ARGISNULL(5), &payload, 1);
 
     lock_queue_for_insert(queue.datum);
@@ -376,8 +453,10 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
     spi_open(access);
     // compat(0.2.0): the 0.2.0 schema's statement, without max_run_time and start_by.
     bool deadlines = workflows_schema_exists();
-    if (deadlines)
+    if (deadlines) {
         add_deadlines(p, v);
+        add_keys(p, v);
+    }
     int64 job_id = 0;
     bool notify = false;
     // A miss happens only when a job holding the key commits between the insert's conflict
@@ -432,6 +511,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     p.add(TimestampTzGetDatum(v.now)).add_caller(access);
     Dependencies deps;
     read_workflow(fcinfo, kEnqueueJobsWorkflow, &v, &deps);
+    read_keys(fcinfo, kEnqueueJobsKeys, n, &v);
     check_dependent(deps, false, elems, n);
 
     lock_queue_for_insert(queue.datum);
@@ -467,8 +547,10 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
     spi_open(access);
     // compat(0.2.0): the 0.2.0 schema's statement, without max_run_time and start_by.
     bool deadlines = workflows_schema_exists();
-    if (deadlines)
+    if (deadlines) {
         add_deadlines(p, v);
+        add_keys(p, v);
+    }
     if (execute(deadlines ? statements::enqueue_jobs : statements::enqueue_jobs_0_2, p,
                 SPI_OK_SELECT) == 0) {
         check_queue(access, function, queue.datum, queue.cstr);

@@ -14,16 +14,18 @@ namespace jobcap {
 namespace {
 
 // $7 = max_running: NULL or 0 for no limit. $8 = max_snoozes, $9 = max_run_time (NULL or 0: no
-// limit). $10 = rate_limit (NULL or 0: no limit), $11 = rate_period.
+// limit). $10 = rate_limit (NULL or 0: no limit), $11 = rate_period. $12 = max_running_per_key
+// (NULL or 0: no limit), $13 = fairness.
 JOBCAP_STATEMENT(
     insert_queue,
     "INSERT INTO jobcap.queues (queue, max_attempts, lease, backoff_base, backoff_max, notify,"
-    "   max_running, max_snoozes, max_run_time, rate_limit, rate_period)"
+    "   max_running, max_snoozes, max_run_time, rate_limit, rate_period, max_running_per_key,"
+    "   fairness)"
     " VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), $8, nullif($9, interval '0'),"
-    "   nullif($10, 0), $11)"
+    "   nullif($10, 0), $11, nullif($12, 0), $13)"
     " ON CONFLICT (queue) DO NOTHING",
     {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID, INT4OID,
-     INTERVALOID, INT4OID, INTERVALOID});
+     INTERVALOID, INT4OID, INTERVALOID, INT4OID, TEXTOID});
 
 // compat(0.2.0): the same on the 0.2.0 schema (no max_snoozes, max_run_time), for its
 // seven-argument declarations.
@@ -58,16 +60,19 @@ JOBCAP_STATEMENT(lock_queue,
     " WHERE queue = $1"
 
 // $8 = max_snoozes, $9 = max_run_time (0: no limit), $10 = rate_limit (0: no limit),
-// $11 = rate_period; NULL keeps any.
+// $11 = rate_period, $12 = max_running_per_key (0: no limit), $13 = fairness; NULL keeps any.
 JOBCAP_STATEMENT(update_queue,
                  UPDATE_QUEUE(", max_snoozes = coalesce($8, max_snoozes),"
                               " max_run_time = CASE WHEN $9 IS NULL THEN max_run_time"
                               "   ELSE nullif($9, interval '0') END,"
                               " rate_limit = CASE WHEN $10 IS NULL THEN rate_limit"
                               "   ELSE nullif($10, 0) END,"
-                              " rate_period = coalesce($11, rate_period)"),
+                              " rate_period = coalesce($11, rate_period),"
+                              " max_running_per_key = CASE WHEN $12 IS NULL"
+                              "   THEN max_running_per_key ELSE nullif($12, 0) END,"
+                              " fairness = coalesce($13, fairness)"),
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID, INT4OID,
-                  INT4OID, INTERVALOID, INT4OID, INTERVALOID});
+                  INT4OID, INTERVALOID, INT4OID, INTERVALOID, INT4OID, TEXTOID});
 
 // compat(0.2.0): update_queue's.
 JOBCAP_STATEMENT(update_queue_0_2, UPDATE_QUEUE(""),
@@ -115,6 +120,7 @@ JOBCAP_STATEMENT(delete_queue,
                  " edges AS (DELETE FROM jobcap.job_dependencies d"
                  "   WHERE d.job_id = ANY (ARRAY(SELECT job_id FROM jobs WHERE dependent))),"
                  " rates AS (DELETE FROM jobcap.queue_rates WHERE queue = $1),"
+                 " turns AS (DELETE FROM jobcap.queue_turns WHERE queue = $1),"
                  " queue AS (DELETE FROM jobcap.queues WHERE queue = $1)"
                  " SELECT coalesce(array_agg(job_id) FILTER (WHERE has_dependents), '{}')"
                  "   FROM jobs",
@@ -147,6 +153,10 @@ struct QueueSettings {
     bool no_rate_limit;
     Datum rate_period;
     bool no_rate_period;
+    int32 max_running_per_key;  // 0: no limit
+    bool no_max_running_per_key;
+    Datum fairness;  // 'fifo' or 'round_robin'
+    bool no_fairness;
 };
 
 // The positions of max_snoozes and max_run_time in create_queue and alter_queue, after the
@@ -155,6 +165,9 @@ constexpr int kQueueWorkflow = 7;
 // The positions of rate_limit and rate_period, after the workflow parameters
 // (docs/flow_control.md). The 0.3.0 declarations have all four.
 constexpr int kQueueFlow = kQueueWorkflow + 2;
+// The positions of max_running_per_key and fairness, after rate_limit and rate_period
+// (docs/flow_control.md). The 0.3.0 declarations have all six.
+constexpr int kQueueKeys = kQueueFlow + 2;
 
 // With `required`, every setting but the cap must be given (create_queue's defaults are in its
 // signature) and a missing cap is jobcap.default_max_attempts.
@@ -192,8 +205,9 @@ QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
                         errhint("0 (or NULL when creating the queue) means no limit.")));
     // compat(0.2.0): max_snoozes, max_run_time, rate_limit and rate_period are new in 0.3.0; the
     // 0.2.0 declarations pass seven arguments and run on the 0.2.0 schema (insert_queue_0_2,
-    // update_queue_0_2); the 0.3.0 ones pass all eleven.
-    q.has_workflow = PG_NARGS() >= kQueueFlow + 2;
+    // update_queue_0_2); the 0.3.0 ones pass all thirteen (with max_running_per_key and
+    // fairness).
+    q.has_workflow = PG_NARGS() >= kQueueKeys + 2;
     if (!q.has_workflow)
         return q;
     q.no_max_snoozes = PG_ARGISNULL(kQueueWorkflow);
@@ -215,6 +229,24 @@ QueueSettings read_queue_settings(FunctionCallInfo fcinfo, bool required)
                         errhint("0 (or NULL when creating the queue) means no limit.")));
     q.rate_period = arg_span(fcinfo, kQueueFlow + 1, "rate_period", false, true, &q.no_rate_period);
     check_given("rate_period", q.no_rate_period);
+    q.no_max_running_per_key = PG_ARGISNULL(kQueueKeys);
+    q.max_running_per_key = q.no_max_running_per_key ? 0 : PG_GETARG_INT32(kQueueKeys);
+    if (q.max_running_per_key < 0 || q.max_running_per_key > core::kMaxRunning)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_running_per_key must be between 0 and %d, not %d",
+                               static_cast<int>(core::kMaxRunning), q.max_running_per_key),
+                        errhint("0 (or NULL when creating the queue) means no limit.")));
+    q.no_fairness = PG_ARGISNULL(kQueueKeys + 1);
+    check_given("fairness", q.no_fairness);
+    if (!q.no_fairness) {
+        q.fairness = PG_GETARG_DATUM(kQueueKeys + 1);
+        char* f = TextDatumGetCString(q.fairness);
+        if (strcmp(f, "fifo") != 0 && strcmp(f, "round_robin") != 0)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("fairness must be 'fifo' or 'round_robin', not \"%s\"", f),
+                            errdetail("'fifo' hands due jobs out by priority, run_at and id; "
+                                      "'round_robin' takes concurrency keys in turn first.")));
+    }
     return q;
 }
 
@@ -232,6 +264,8 @@ Params queue_settings_params(const QueueSettings& q)
         p.add(q.max_run_time, q.no_max_run_time);
         p.add(Int32GetDatum(q.rate_limit), q.no_rate_limit);
         p.add(q.rate_period, q.no_rate_period);
+        p.add(Int32GetDatum(q.max_running_per_key), q.no_max_running_per_key);
+        p.add(q.fairness, q.no_fairness);
     }
     return p;
 }

@@ -70,6 +70,11 @@ struct EnqueueValues {
     bool no_start_by;
     Datum max_run_time;
     bool no_max_run_time;
+    // compat(0.2.0): the 0.3.0 declarations' concurrency keys, one per job (keys: NULL when none
+    // is given; key_nulls[i]: job i has none). enqueue_job's one key is keys[0].
+    const Datum* keys;
+    const bool* key_nulls;
+    Datum keys_array;  // enqueue_jobs: the text[] as given ((Datum) 0: NULL)
 };
 
 }  // namespace jobcap

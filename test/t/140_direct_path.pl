@@ -144,7 +144,8 @@ sub normalise
 # ---- the start state ------------------------------------------------------------------------
 
 my @queues = qw(qa qb qc qd);
-my %queue_model;    # what the driver set: whether a queue is capped (max_running or rate_limit)
+my %queue_model;    # what the driver set: whether a queue is capped (max_running, rate_limit,
+                    # max_running_per_key or round-robin fairness)
 
 sub pick { return $_[ int(rand(@_)) ]; }
 
@@ -168,6 +169,18 @@ sub start_state
 		push @sql, "SELECT jobcap.alter_queue('qb', rate_limit => 3, rate_period => '1 hour')";
 		$queue_model{qb} = { capped => 1, rated => 1 };
 	}
+	# Sometimes a per-key limit or round-robin fairness from the start (claims on the SQL path on
+	# both sides, as for any capped queue; enqueues direct on "dut").
+	if (rand() < 0.5)
+	{
+		push @sql, "SELECT jobcap.alter_queue('qd', max_running_per_key => 1)";
+		$queue_model{qd} = { capped => 1, keyed => 1 };
+	}
+	if (rand() < 0.5)
+	{
+		push @sql, "SELECT jobcap.alter_queue('qa', fairness => 'round_robin')";
+		$queue_model{qa} = { capped => 1, fair => 1 };
+	}
 	my $jobs = 0;
 	for my $q (@queues)
 	{
@@ -176,9 +189,10 @@ sub start_state
 			my $when = pick("now() - interval '2 hours'", "now() - interval '1 minute'",
 				"now()", "now() + interval '1 hour'");
 			my $own = rand() < 0.3 ? 1 + int(rand(5)) : 'NULL';
+			my $ck = pick('NULL', "'ka'", "'kb'", "'kc'");
 			push @sql,
 			    "SELECT jobcap.enqueue_job('$q', '{\"n\": " . ++$jobs . "}', run_at => $when,"
-			  . " priority => " . (int(rand(4)) - 1) . ", max_attempts => $own)";
+			  . " priority => " . (int(rand(4)) - 1) . ", max_attempts => $own, concurrency_key => $ck)";
 		}
 	}
 	# A budget granted by requeue_job: cancelled, then requeued with 2 or 5 extra attempts.
@@ -228,6 +242,14 @@ sub some_ticket
 # One operation: [label, template statements...]. %avoid: jobs locked by an open transaction of
 # another session (settling them would wait); $limited: only what cannot wait on such locks;
 # $in_transaction: the session has a transaction open (no BEGIN of its own).
+# Whether the driver made queue q capped: its claims take turns on its row.
+sub capped
+{
+	my ($q) = @_;
+	my $m = $queue_model{$q} // {};
+	return $m->{running} || $m->{rated} || $m->{keyed} || $m->{fair};
+}
+
 sub random_op
 {
 	my ($limited, $in_transaction, %avoid) = @_;
@@ -239,7 +261,7 @@ sub random_op
 		# reap_jobs and requeue_dead skip locked rows: safe beside open transactions too.
 		('reap') x 2, 'expire', 'requeue_dead');
 	push @kinds, (('requeue') x 2, ('alter') x 2, 'grant',
-		'pause', 'max_running', 'rate_limit', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3,
+		'pause', 'max_running', 'rate_limit', 'per_key', 'fairness', 'lease', 'drop', 'cancel', ('enqueue') x 3, ('as_worker') x 3,
 		'repeatable_read')
 	  unless $limited;
 	my $kind = pick(@kinds);
@@ -271,7 +293,7 @@ sub random_op
 	}
 	my ($job, $k) = some_ticket(%avoid);
 	return random_op($limited, $in_transaction, %avoid) unless defined $job
-	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|rate_limit|lease|drop|cancel|enqueue|as_worker|repeatable_read|history)$/;
+	  || $kind =~ /^(reap|expire|requeue|requeue_dead|alter|grant|pause|max_running|rate_limit|per_key|fairness|lease|drop|cancel|enqueue|as_worker|repeatable_read|history)$/;
 	if ($kind eq 'cac')
 	{
 		my $out = rand() < 0.3 ? "'{\"ok\": 1}'" : 'NULL';
@@ -395,7 +417,7 @@ sub random_op
 	{
 		my $n = pick(0, 0, 1, 3);
 		$queue_model{$q}{running} = $n > 0;
-		$queue_model{$q}{capped} = $queue_model{$q}{running} || $queue_model{$q}{rated};
+		$queue_model{$q}{capped} = capped($q);
 		return ("alter_queue $q max_running $n",
 			"SELECT jobcap.alter_queue('$q', max_running => $n)");
 	}
@@ -403,9 +425,24 @@ sub random_op
 	{
 		my $n = pick(0, 0, 2, 5);
 		$queue_model{$q}{rated} = $n > 0;
-		$queue_model{$q}{capped} = $queue_model{$q}{running} || $queue_model{$q}{rated};
+		$queue_model{$q}{capped} = capped($q);
 		return ("alter_queue $q rate_limit $n",
 			"SELECT jobcap.alter_queue('$q', rate_limit => $n, rate_period => '1 hour')");
+	}
+	if ($kind eq 'per_key')
+	{
+		my $n = pick(0, 0, 1, 2);
+		$queue_model{$q}{keyed} = $n > 0;
+		$queue_model{$q}{capped} = capped($q);
+		return ("alter_queue $q max_running_per_key $n",
+			"SELECT jobcap.alter_queue('$q', max_running_per_key => $n)");
+	}
+	if ($kind eq 'fairness')
+	{
+		my $f = pick('fifo', 'round_robin');
+		$queue_model{$q}{fair} = $f eq 'round_robin';
+		$queue_model{$q}{capped} = capped($q);
+		return ("alter_queue $q fairness $f", "SELECT jobcap.alter_queue('$q', fairness => '$f')");
 	}
 	if ($kind eq 'cancel')
 	{
@@ -422,14 +459,17 @@ sub random_op
 		if (rand() < 0.5)
 		{
 			my $key = rand() < 0.3 ? "'k" . int(rand(3)) . "'" : 'NULL';
-			return ("enqueue_job $q key $key",
+			my $ck = pick('NULL', "'ka'", "'kb'");
+			return ("enqueue_job $q key $key concurrency_key $ck",
 				"SELECT jobcap.enqueue_job('$q', '{\"late\": true}', run_at => $when, priority => $prio,"
-				  . " max_attempts => $own, dedupe_key => $key)");
+				  . " max_attempts => $own, dedupe_key => $key, concurrency_key => $ck)");
 		}
 		my $n = int(rand(5));
-		return ("enqueue_jobs $q x$n",
+		my $cks = rand() < 0.5 ? 'NULL'
+		  : "ARRAY[" . join(', ', map { pick('NULL', "'ka'", "'kb'", "'kc'") } 1 .. $n) . "]::text[]";
+		return ("enqueue_jobs $q x$n keys $cks",
 			"SELECT jobcap.enqueue_jobs('$q', array_fill('{\"many\": true}'::jsonb, ARRAY[$n]),"
-			  . " run_at => $when, priority => $prio, max_attempts => $own)");
+			  . " run_at => $when, priority => $prio, max_attempts => $own, concurrency_keys => $cks)");
 	}
 	if ($kind eq 'repeatable_read')
 	{
@@ -503,7 +543,7 @@ SELECT 'job', j.job_id, j.queue, j.state::text, j.priority,
        (SELECT k FROM tr WHERE v = j.lease_expires_at), j.worker, j.dedupe_key,
        (SELECT k FROM tr WHERE v = j.enqueued_at), (SELECT k FROM tr WHERE v = j.first_claimed_at),
        (SELECT k FROM tr WHERE v = j.claimed_at), (SELECT k FROM tr WHERE v = j.finished_at),
-       j.payload, j.cap_epoch, j.output
+       j.payload, j.cap_epoch, j.output || jsonb_build_object('concurrency_key', j.concurrency_key)
   FROM jobcap.jobs j
 UNION ALL
 SELECT 'error', e.job_id, e.queue, e.kind, e.attempt, (SELECT k FROM tr WHERE v = e.at)::text,
@@ -515,8 +555,11 @@ UNION ALL
 SELECT 'queue', NULL, q.queue, NULL, q.max_attempts,
        (SELECT sum(c) FROM jobcap.queue_rates r, unnest(r.counts) c WHERE r.queue = q.queue)::text,
        q.max_running, q.rate_limit, q.cap_epoch,
-       q.lease, NULL, q.paused::text, q.backoff_base || '/' || q.backoff_max, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL
+       q.lease, NULL, q.paused::text,
+       q.backoff_base || '/' || q.backoff_max || '/' || q.fairness || '/'
+         || coalesce((SELECT t.last_null || '/' || coalesce(t.last_key, '') FROM jobcap.queue_turns t
+                       WHERE t.queue = q.queue), 'no turn'),
+       q.max_running_per_key, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.queues q
 UNION ALL
 SELECT 'grant', NULL, g.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, g.grantee,

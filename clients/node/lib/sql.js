@@ -56,10 +56,15 @@ async function unscheduleJob(db, name) {
 
 /** Enqueues one job in the caller's transaction; resolves to its id. */
 async function enqueue(db, queue, payload = {}, { runAt = null, priority = 0, maxAttempts = null,
-  dedupeKey = null } = {}) {
-  const { rows } = await db.query(
-    'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6) AS id',
-    [queue, JSON.stringify(payload), runAt, priority, maxAttempts, dedupeKey]);
+  dedupeKey = null, concurrencyKey = null } = {}) {
+  const args = [queue, JSON.stringify(payload), runAt, priority, maxAttempts, dedupeKey];
+  // concurrencyKey (jobcap 0.3.0): without it, the call a 0.2.0 database knows.
+  const { rows } = concurrencyKey == null
+    ? await db.query(
+      'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6) AS id', args)
+    : await db.query(
+      'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6,'
+        + ' concurrency_key => $7) AS id', [...args, concurrencyKey]);
   return Number(rows[0].id);
 }
 

@@ -211,6 +211,17 @@ describe('queue controls', () => {
     assert.equal(await claim(ctx.queue, 5), 2);
   });
 
+  it('enqueues with a concurrencyKey', async () => {
+    await queue();
+    await db.query('SELECT jobcap.alter_queue($1, max_running_per_key => 1)', [ctx.queue]);
+    for (const concurrencyKey of ['a', 'a', 'b', null]) await enqueue({}, { concurrencyKey });
+    const { rows } = await db.query(
+      'SELECT concurrency_key AS k FROM jobcap.jobs WHERE queue = $1 ORDER BY job_id', [ctx.queue]);
+    assert.deepEqual(rows.map((r) => r.k), ['a', 'a', 'b', null]);
+    assert.equal(await claim(ctx.queue, 5), 3);
+    assert.equal(await claim(ctx.queue, 5), 0);
+  });
+
   it('keeps the output given to complete and set by the handler', async () => {
     await queue();
     const id = await enqueue();

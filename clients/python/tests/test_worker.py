@@ -240,6 +240,20 @@ class ControlsTest(Base):
         self.assertEqual(self.claim(capped, 5), 2)
         self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (capped,))
 
+    def test_concurrency_key_on_enqueue(self):
+        keyed = self.queue[:50] + "_keyed"
+        self.conn.execute("SELECT jobcap.create_queue(%s, max_running_per_key => 1)", (keyed,))
+        for key in ("a", "a", "b", None, None):
+            jobcap.enqueue(self.conn, keyed, {}, concurrency_key=key)
+        keys = [r[0] for r in self.conn.execute(
+            "SELECT concurrency_key FROM jobcap.jobs WHERE queue = %s ORDER BY job_id",
+            (keyed,))]
+        self.assertEqual(keys, ["a", "a", "b", None, None])
+        # One of a, the one of b, both without a key.
+        self.assertEqual(self.claim(keyed, 5), 4)
+        self.assertEqual(self.claim(keyed, 5), 0)
+        self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (keyed,))
+
     def test_complete_keeps_the_output(self):
         job_id = self.enqueue()
         fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
