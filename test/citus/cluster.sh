@@ -33,6 +33,18 @@ shard_of() {
     q $c "SELECT shard_name('jobcap.jobs'::regclass, s.shardid), n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid), LATERAL (SELECT get_shard_id_for_distribution_column('jobcap.jobs', '$1') AS shardid) s WHERE p.shardid = s.shardid"
 }
 
+# Waits up to $2 s for job $3 of queue $1 to leave 'running' (a node restarting counts as
+# running); prints its state then.
+wait_reaped() {
+    local st=running
+    for _ in $(seq 1 "$2"); do
+        st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = '$1' AND job_id = $3" 2>/dev/null || echo running)
+        [ "$st" = running ] || break
+        sleep 1
+    done
+    echo "$st"
+}
+
 for n in 0 1 2; do
     initdb -D "$dir/n$n" -A trust >/dev/null
     cat >>"$dir/n$n/postgresql.conf" <<EOF
@@ -112,13 +124,7 @@ expect "job ids from more than one node's range" "t" \
 # Reaping on a worker: a job of q2 claimed with a lease of a second; the worker node's
 # background worker (not the coordinator's, which holds no shard of jobs) makes it pending again.
 read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q2', 'w', lease => '1 second')" | tr '|' ' ')
-st=running
-for _ in $(seq 1 30); do
-    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q2' AND job_id = $id")
-    [ "$st" = running ] || break
-    sleep 1
-done
-expect "reap: an expired lease on a worker's shard is reaped" "pending" "$st"
+expect "reap: an expired lease on a worker's shard is reaped" "pending" "$(wait_reaped q2 30 "$id")"
 
 # The functions distribute() delegates, and by which argument, are the ones the C++ routes
 # (src/spi/citus.cpp's kRules, read from the source): two lists of one rule, tied here.
@@ -230,13 +236,8 @@ echo "# under load: $enqueued enqueued, $claimed claimed, $completed completed, 
 # (A job of its own: the load may have drained the queue.)
 q $c "SELECT jobcap.enqueue_job('q5', '{}')" >/dev/null
 read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q5', 'w', lease => '1 second')" | tr '|' ' ')
-st=running
-for _ in $(seq 1 30); do
-    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q5' AND job_id = $id")
-    [ "$st" = running ] || break
-    sleep 1
-done
-expect "shard move: the new node's background worker reaps q5's expired lease" "pending" "$st"
+expect "shard move: the new node's background worker reaps q5's expired lease" "pending" \
+    "$(wait_reaped q5 30 "$id")"
 
 # A worker node restarted with -m immediate while it holds a job claimed with a short lease:
 # after the restart its background worker reaps the job.
@@ -246,13 +247,8 @@ read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q6', 'w',
 for n in 1 2; do
     [ "${ports[$n]}" = "$port6" ] && pg_ctl -D "$dir/n$n" -m immediate -w restart -l "$dir/n$n.log" >/dev/null
 done
-st=running
-for _ in $(seq 1 40); do
-    st=$(q $c "SELECT state FROM jobcap.jobs WHERE queue = 'q6' AND job_id = $id" 2>/dev/null || echo unreachable)
-    [ "$st" = running ] || [ "$st" = unreachable ] || break
-    sleep 1
-done
-expect "node restart: the restarted node's background worker reaps the lease" "pending" "$st"
+expect "node restart: the restarted node's background worker reaps the lease" "pending" \
+    "$(wait_reaped q6 40 "$id")"
 expect "node restart: the reaped attempt's fence is refused (JC001)" "JC001" \
     "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "SELECT jobcap.complete_job($id, $fence)" 2>&1 | grep -o 'JC001' | head -1 || true)"
 
