@@ -394,6 +394,22 @@ class Worker:
                 except Exception:
                     pass
 
+    def _replace_connection(self, conn) -> None:
+        """After a handler was interrupted (timeout, cancellation): cancels what `conn` may still
+        run, drops the connections and with them the job's transaction, and connects afresh."""
+        try:
+            conn.cancel()
+        except Exception:
+            pass
+        self._disconnect()
+        try:
+            if self._in_child:
+                self._connect_job()
+            else:
+                self._connect()
+        except psycopg.OperationalError as error:
+            raise _ConnectionLost(error) from error
+
     def _claim(self, count: Optional[int] = None) -> list:
         sent = time.monotonic()
         rows = self._execute_alone(CLAIM, (self.queue, self.name, count or self.batch,
@@ -743,36 +759,14 @@ class Worker:
             self._finish_handler()
             # The interrupted statement may still be in flight: cancel it and drop the
             # connection, and with it the job's transaction, rather than trust its state.
-            try:
-                conn.cancel()
-            except Exception:
-                pass
-            self._disconnect()
-            try:
-                if self._in_child:
-                    self._connect_job()
-                else:
-                    self._connect()
-            except psycopg.OperationalError as error:
-                raise _ConnectionLost(error) from error
+            self._replace_connection(conn)
             self._fail(job, f"JobTimeout: handler ran past its {self.timeout:g}s timeout",
                        timeout)
         except JobCancelled as cancelled:
             self._finish_handler()
             # The attempt already ended on the server (its fence is stale): drop the connection
             # and the job's transaction with it, neither completing nor failing the job.
-            try:
-                conn.cancel()
-            except Exception:
-                pass
-            self._disconnect()
-            try:
-                if self._in_child:
-                    self._connect_job()
-                else:
-                    self._connect()
-            except psycopg.OperationalError as error:
-                raise _ConnectionLost(error) from error
+            self._replace_connection(conn)
             if job.cancel_reason is not None:
                 cancelled.reason = job.cancel_reason
             log.info("worker %s: job %d fence %d ended on the server while its handler ran "
