@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple
 
 import psycopg
 
@@ -432,14 +432,8 @@ class Worker:
             if self._wake_r in ready:
                 self._drain_wake_pipe()
             if conn.fileno() in ready:
-                conn.pgconn.consume_input()
-                if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the server closed the connection")
-                while True:
-                    note = conn.pgconn.notifies()
-                    if note is None:
-                        break
-                    if note.relname == b"jobcap" and note.extra.decode() == self.queue:
+                for channel, payload in _notifications(conn):
+                    if channel == "jobcap" and payload == self.queue:
                         self._woken = True
         return False
 
@@ -974,15 +968,9 @@ class Worker:
                 if listen:
                     ready, _, _ = select.select([side.fileno()], [], [], 0)
                     if ready:
-                        side.pgconn.consume_input()
-                        if side.pgconn.status != psycopg.pq.ConnStatus.OK:
-                            raise psycopg.OperationalError("the server closed the connection")
-                        while True:
-                            note = side.pgconn.notifies()
-                            if note is None:
-                                break
-                            if note.relname.decode() == CANCEL_CHANNEL:
-                                self._note_cancel(note.extra.decode())
+                        for channel, payload in _notifications(side):
+                            if channel == CANCEL_CHANNEL:
+                                self._note_cancel(payload)
                 if current is not None and (not listen or self._cancel_poll_due):
                     self._poll_cancelled(side, [current])
             except psycopg.Error as error:
@@ -1297,17 +1285,11 @@ class Worker:
             self._drain_wake_pipe()
         if conn is not None and conn.fileno() in ready:
             try:
-                conn.pgconn.consume_input()
-                if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the server closed the connection")
-                while True:
-                    note = conn.pgconn.notifies()
-                    if note is None:
-                        break
-                    if note.relname == b"jobcap" and note.extra.decode() == self.queue:
+                for channel, payload in _notifications(conn):
+                    if channel == "jobcap" and payload == self.queue:
                         woken = True
-                    elif note.relname.decode() == CANCEL_CHANNEL:
-                        self._note_cancel(note.extra.decode())
+                    elif channel == CANCEL_CHANNEL:
+                        self._note_cancel(payload)
             except psycopg.Error:
                 self._disconnect()
         if conn is not None and self._conn is conn and (not self._listening
@@ -1592,6 +1574,19 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def _notifications(conn: psycopg.Connection) -> Iterator[Tuple[str, str]]:
+    """The notifications that arrived on conn's socket (select() said it is readable), as
+    (channel, payload); raises OperationalError when the server closed the connection."""
+    conn.pgconn.consume_input()
+    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the server closed the connection")
+    while True:
+        note = conn.pgconn.notifies()
+        if note is None:
+            return
+        yield note.relname.decode(), note.extra.decode()
 
 
 def _first_line(error: Optional[BaseException]) -> str:
