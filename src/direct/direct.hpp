@@ -37,9 +37,10 @@ namespace jobcap::direct {
 // What the call needs besides updating jobs: insert (enqueue_job, enqueue_jobs) needs every
 // column the SQL path's INSERT leaves to its default to have a constant one; fail (fail_job,
 // crash_job) writes and prunes jobcap.job_errors too, which must be as plain; claim, insert and
-// fail read the queue's row (update: complete, heartbeat, assert_fence do not).
+// fail read the queue's row (update: complete, heartbeat, assert_fence do not). access: the
+// caller's (a privileged caller's call reads no grants).
 enum class Need { update, claim, insert, fail };
-bool usable(const char* function, Need need = Need::update);
+bool usable(const char* function, const Access& access, Need need = Need::update);
 
 // The fenced calls, with their arguments as spi/calls.hpp reads them. Each returns false when
 // no current row matched (job_id, fence, running, a queue the caller may work): the caller then

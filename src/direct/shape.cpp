@@ -289,7 +289,7 @@ bool learn_need(Need need)
 
 }  // namespace
 
-bool usable(const char* function, Need need)
+bool usable(const char* function, const Access& access, Need need)
 {
     const char* why = nullptr;
     if (guc_hot_path != kHotPathDirect) {
@@ -331,11 +331,11 @@ bool usable(const char* function, Need need)
             if (need == Need::fail && shape.known && OidIsValid(shape.errors))
                 LockRelationOid(shape.errors, RowExclusiveLock);  // its shape likewise
             // Read through their primary keys: a claim, an enqueue and a failure read the queue's
-            // row; every call but a privileged caller's reads the grants (every statement names
-            // jobcap.queue_grants, so the SQL path locks it for every call too).
+            // row; every call but a privileged caller's reads the grants (may_work), so only
+            // those lock them: a lock taken costs every call of the hot path.
             if (need != Need::update && shape.known)
                 LockRelationOid(shape.queues, AccessShareLock);
-            if (shape.known)
+            if (shape.known && !access.privileged)
                 LockRelationOid(shape.grants, AccessShareLock);
             if (shape.known)
                 break;

@@ -525,7 +525,7 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
 bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* function,
                     const ClaimCall& call)
 {
-    if (!direct::usable(function, direct::Need::claim))
+    if (!direct::usable(function, access, direct::Need::claim))
         return false;
     direct::Claimed* jobs =
         static_cast<direct::Claimed*>(palloc(sizeof(direct::Claimed) * call.batch));

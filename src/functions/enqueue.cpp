@@ -440,7 +440,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
         PG_RETURN_INT64(reinterpret_cast<int64*>(ARR_DATA_PTR(DatumGetArrayTypeP(ids)))[0]);
     }
     // A dedupe key needs the SQL statement's ON CONFLICT (speculative insertion).
-    if (PG_ARGISNULL(5) && direct::usable(function, direct::Need::insert)) {
+    if (PG_ARGISNULL(5) && direct::usable(function, access, direct::Need::insert)) {
         v.lists_dedupe_key = true;
         int64 job_id = 0;
         bool notify = false;
@@ -526,7 +526,7 @@ JOBCAP_FUNCTION(enqueue_jobs, Duty::worker)
             Async_Notify("jobcap", queue.cstr);
         PG_RETURN_DATUM(ids);
     }
-    if (direct::usable(function, direct::Need::insert)) {
+    if (direct::usable(function, access, direct::Need::insert)) {
         int64* ids = static_cast<int64*>(palloc(sizeof(int64) * Max(n, 1)));
         bool notify = false;
         if (direct::enqueue(access, queue.datum, elems, n, v, ids, &notify) == n) {

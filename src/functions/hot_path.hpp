@@ -17,7 +17,7 @@ namespace jobcap {
 template <typename Call>
 bool served_directly(Access& access, const char* function, direct::Need need, Call&& call)
 {
-    if (!direct::usable(function, need))
+    if (!direct::usable(function, access, need))
         return false;
     FencedCall stale = {};
     if (!call(&stale)) {
