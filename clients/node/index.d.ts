@@ -126,11 +126,23 @@ export declare function translate(err: unknown, operation?: string, jobId?: numb
 export declare function isConnectionError(err: unknown): boolean;
 
 export declare function interval(ms: number | null | undefined): string | null;
+/** A queue's settings added in jobcap 0.3.0 (null or absent: the server's default). Durations in ms. */
+export interface QueueSettings03 {
+  maxSnoozes?: number | null; maxRunTime?: number | null; rateLimit?: number | null;
+  ratePeriod?: number | null; maxRunningPerKey?: number | null;
+  fairness?: 'fifo' | 'round_robin' | null;
+}
 export declare function createQueue(db: Queryable, queue: string, options?: {
   maxAttempts?: number | null; lease?: number; backoffBase?: number; backoffMax?: number;
-  notify?: boolean; maxRunning?: number | null }): Promise<void>;
+  notify?: boolean; maxRunning?: number | null } & QueueSettings03): Promise<void>;
+/** Changes the settings given (null or absent: unchanged); 0 removes a limit. */
+export declare function alterQueue(db: Queryable, queue: string, settings?: {
+  maxAttempts?: number | null; lease?: number | null; backoffBase?: number | null;
+  backoffMax?: number | null; notify?: boolean | null; maxRunning?: number | null } & QueueSettings03): Promise<void>;
 /** Changes a queue's cap on jobs running at once; null removes it. */
 export declare function setMaxRunning(db: Queryable, queue: string, maxRunning: number | null): Promise<void>;
+/** Cancels a job that has not finished; false when it had finished already. */
+export declare function cancelJob(db: Queryable, jobId: number): Promise<boolean>;
 export declare function pauseQueue(db: Queryable, queue: string): Promise<boolean>;
 export declare function resumeQueue(db: Queryable, queue: string): Promise<boolean>;
 /** Creates or replaces a periodic job (five-field cron, UTC); resolves to its next slot. */

@@ -13,18 +13,68 @@ async function call(db, operation, text, values, jobId, fence) {
   }
 }
 
-/** Creates a queue; maxRunning caps the jobs of the queue that run at once (null: no cap). */
+// A queue's settings as the client names them, with their SQL names; durations in ms.
+const QUEUE_SETTINGS = {
+  maxAttempts: ['max_attempts'], lease: ['lease', interval], backoffBase: ['backoff_base', interval],
+  backoffMax: ['backoff_max', interval], notify: ['notify'], maxRunning: ['max_running'],
+  maxSnoozes: ['max_snoozes'], maxRunTime: ['max_run_time', interval], rateLimit: ['rate_limit'],
+  ratePeriod: ['rate_period', interval], maxRunningPerKey: ['max_running_per_key'],
+  fairness: ['fairness'],
+};
+// jobcap 0.3.0's: passed by name and only when given, so that a call without them is the one a
+// 0.2.0 database knows.
+const QUEUE_SETTINGS_0_3 = ['maxSnoozes', 'maxRunTime', 'rateLimit', 'ratePeriod',
+  'maxRunningPerKey', 'fairness'];
+
+// The named arguments (", name => $n") for the settings given, numbered after `first` others.
+function namedSettings(settings, names, first) {
+  const sql = [];
+  const values = [];
+  for (const name of names) {
+    const value = settings[name];
+    if (value == null) continue;
+    const [column, convert] = QUEUE_SETTINGS[name];
+    values.push(convert ? convert(value) : value);
+    sql.push(`, ${column} => $${first + values.length}`);
+  }
+  return { sql: sql.join(''), values };
+}
+
+/** Creates a queue; maxRunning caps the jobs of the queue that run at once (null: no cap).
+ * jobcap 0.3.0's settings (null: the server's default): maxSnoozes, maxRunTime (ms), rateLimit
+ * claims per ratePeriod (ms, default 1000), maxRunningPerKey, fairness ('fifo' or
+ * 'round_robin'). */
 async function createQueue(db, queue, { maxAttempts = null, lease = 300000, backoffBase = 10000,
-  backoffMax = 3600000, notify = false, maxRunning = null } = {}) {
-  await db.query('SELECT jobcap.create_queue($1, $2, $3, $4, $5, $6, $7)',
+  backoffMax = 3600000, notify = false, maxRunning = null, ...newer } = {}) {
+  const unknown = Object.keys(newer).filter((k) => !QUEUE_SETTINGS_0_3.includes(k));
+  if (unknown.length > 0) throw new TypeError(`createQueue: unknown option ${unknown[0]}`);
+  const extra = namedSettings(newer, QUEUE_SETTINGS_0_3, 7);
+  await db.query(`SELECT jobcap.create_queue($1, $2, $3, $4, $5, $6, $7${extra.sql})`,
     [queue, maxAttempts, interval(lease), interval(backoffBase), interval(backoffMax), notify,
-      maxRunning]);
+      maxRunning, ...extra.values]);
+}
+
+/** Changes the settings given (null or absent: unchanged); as in SQL, 0 removes a limit
+ * (maxRunning, maxRunTime, rateLimit, maxRunningPerKey). */
+async function alterQueue(db, queue, settings = {}) {
+  const unknown = Object.keys(settings).filter((k) => !(k in QUEUE_SETTINGS));
+  if (unknown.length > 0) throw new TypeError(`alterQueue: unknown option ${unknown[0]}`);
+  const extra = namedSettings(settings, Object.keys(QUEUE_SETTINGS), 1);
+  await db.query(`SELECT jobcap.alter_queue($1${extra.sql})`, [queue, ...extra.values]);
 }
 
 /** Changes a queue's cap on jobs running at once; null removes it. */
 async function setMaxRunning(db, queue, maxRunning) {
   await db.query('SELECT jobcap.alter_queue($1, max_running => $2)',
     [queue, maxRunning == null ? 0 : maxRunning]);
+}
+
+/** Cancels a job that has not finished (pending, waiting or running: its worker is told at once
+ * and its handler stopped); its waiting dependents are cancelled too. False when it had
+ * finished already. */
+async function cancelJob(db, jobId) {
+  const { rows } = await db.query('SELECT jobcap.cancel_job($1) AS cancelled', [jobId]);
+  return rows[0].cancelled;
 }
 
 /** Stops handing out jobs of queue (running jobs settle); false if it was paused already. */
@@ -157,7 +207,7 @@ async function jobResult(db, jobId) {
 }
 
 module.exports = {
-  interval, createQueue, setMaxRunning, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
+  interval, createQueue, alterQueue, setMaxRunning, cancelJob, pauseQueue, resumeQueue, scheduleJob, unscheduleJob,
   enqueue, complete, completeJobs, completeAndClaim, fail, heartbeat, assertFence, release, crash,
   jobResult,
 };

@@ -211,6 +211,44 @@ describe('queue controls', () => {
     assert.equal(await claim(ctx.queue, 5), 2);
   });
 
+  const queueRow = async () => (await db.query(
+    'SELECT max_attempts, extract(epoch FROM lease)::int AS lease, max_running, max_snoozes,' +
+    ' extract(epoch FROM max_run_time)::int AS max_run_time, rate_limit,' +
+    ' extract(epoch FROM rate_period)::int AS rate_period, max_running_per_key, fairness' +
+    ' FROM jobcap.queues WHERE queue = $1', [ctx.queue])).rows[0];
+
+  it('creates a queue with every setting and alters only those given', async () => {
+    await jobcap.createQueue(db, ctx.queue, { maxAttempts: 4, lease: 60000, maxRunning: 5,
+      maxSnoozes: 2, maxRunTime: 90000, rateLimit: 100, ratePeriod: 60000, maxRunningPerKey: 3,
+      fairness: 'round_robin' });
+    assert.deepEqual(await queueRow(), { max_attempts: 4, lease: 60, max_running: 5, max_snoozes: 2,
+      max_run_time: 90, rate_limit: 100, rate_period: 60, max_running_per_key: 3, fairness: 'round_robin' });
+    // 0 removes a limit, as in SQL; what is not given is unchanged.
+    await jobcap.alterQueue(db, ctx.queue, { maxRunning: 0, rateLimit: 0, fairness: 'fifo', maxSnoozes: 7 });
+    assert.deepEqual(await queueRow(), { max_attempts: 4, lease: 60, max_running: null, max_snoozes: 7,
+      max_run_time: 90, rate_limit: null, rate_period: 60, max_running_per_key: 3, fairness: 'fifo' });
+    await jobcap.alterQueue(db, ctx.queue);
+    assert.equal((await queueRow()).max_snoozes, 7);
+    await assert.rejects(jobcap.alterQueue(db, ctx.queue, { fairness: 'lottery' }), { code: '22023' });
+    await assert.rejects(jobcap.alterQueue(db, ctx.queue, { maxRuning: 1 }), TypeError);
+    await assert.rejects(jobcap.createQueue(db, ctx.queue, { rateLimt: 1 }), TypeError);
+  });
+
+  it('creates a queue with the server\'s defaults for the settings not given', async () => {
+    await jobcap.createQueue(db, ctx.queue);
+    const row = await queueRow();
+    assert.deepEqual([row.max_running, row.max_snoozes, row.max_run_time, row.rate_limit,
+      row.rate_period, row.max_running_per_key, row.fairness], [null, 10, null, null, 1, null, 'fifo']);
+  });
+
+  it('cancels a job with cancelJob', async () => {
+    await queue();
+    const id = await enqueue();
+    assert.equal(await jobcap.cancelJob(db, id), true);
+    assert.equal((await job(id)).state, 'cancelled');
+    assert.equal(await jobcap.cancelJob(db, id), false);
+  });
+
   it('enqueues with a concurrencyKey', async () => {
     await queue();
     await db.query('SELECT jobcap.alter_queue($1, max_running_per_key => 1)', [ctx.queue]);

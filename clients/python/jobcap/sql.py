@@ -19,19 +19,67 @@ def interval(value: Optional[Seconds]) -> Optional[dt.timedelta]:
     return dt.timedelta(seconds=value)
 
 
+# The queue settings 0.3.0 added, in their SQL names: passed by name, and only when given, so a
+# call without them is the one a 0.2.0 database knows.
+_QUEUE_OPTIONS_0_3 = ("max_snoozes", "max_run_time", "rate_limit", "rate_period",
+                      "max_running_per_key", "fairness")
+_INTERVALS = {"lease", "backoff_base", "backoff_max", "max_run_time", "rate_period"}
+
+
+def _named(settings: dict) -> tuple:
+    """The SQL of named arguments (name => %s, ...) and their values, for the settings given."""
+    given = [(k, interval(v) if k in _INTERVALS else v) for k, v in settings.items()
+             if v is not None]
+    return "".join(f", {k} => %s" for k, _ in given), tuple(v for _, v in given)
+
+
 def create_queue(conn: psycopg.Connection, queue: str, *, max_attempts: Optional[int] = None,
                  lease: Seconds = 300, backoff_base: Seconds = 10, backoff_max: Seconds = 3600,
-                 notify: bool = False, max_running: Optional[int] = None) -> None:
-    """Creates a queue. max_running caps the jobs of the queue that run at once (None: no cap)."""
-    conn.execute("SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s, %s)",
+                 notify: bool = False, max_running: Optional[int] = None,
+                 max_snoozes: Optional[int] = None, max_run_time: Optional[Seconds] = None,
+                 rate_limit: Optional[int] = None, rate_period: Optional[Seconds] = None,
+                 max_running_per_key: Optional[int] = None,
+                 fairness: Optional[str] = None) -> None:
+    """Creates a queue. max_running caps the jobs of the queue that run at once (None: no cap).
+
+    jobcap 0.3.0's settings (None: the server's default): max_snoozes (snoozes per job that do
+    not count as attempts, default 10), max_run_time (an attempt's limit, even while it
+    heartbeats), rate_limit claims per rate_period (default 1 s), max_running_per_key (running
+    jobs per concurrency key), fairness ('fifo' or 'round_robin'). See docs/reference.md.
+    """
+    given = dict(locals())
+    extra, values = _named({k: given[k] for k in _QUEUE_OPTIONS_0_3})
+    conn.execute(f"SELECT jobcap.create_queue(%s, %s, %s, %s, %s, %s, %s{extra})",
                  (queue, max_attempts, interval(lease), interval(backoff_base),
-                  interval(backoff_max), notify, max_running))
+                  interval(backoff_max), notify, max_running) + values)
+
+
+def alter_queue(conn: psycopg.Connection, queue: str, *, max_attempts: Optional[int] = None,
+                lease: Optional[Seconds] = None, backoff_base: Optional[Seconds] = None,
+                backoff_max: Optional[Seconds] = None, notify: Optional[bool] = None,
+                max_running: Optional[int] = None, max_snoozes: Optional[int] = None,
+                max_run_time: Optional[Seconds] = None, rate_limit: Optional[int] = None,
+                rate_period: Optional[Seconds] = None, max_running_per_key: Optional[int] = None,
+                fairness: Optional[str] = None) -> None:
+    """Changes the settings given; None leaves one as it is. As in SQL, 0 removes a limit:
+    max_running=0, max_run_time=0, rate_limit=0, max_running_per_key=0."""
+    given = dict(locals())
+    del given["conn"], given["queue"]
+    extra, values = _named(given)
+    conn.execute(f"SELECT jobcap.alter_queue(%s{extra})", (queue,) + values)
 
 
 def set_max_running(conn: psycopg.Connection, queue: str, max_running: Optional[int]) -> None:
     """Changes a queue's cap on jobs running at once; None removes it."""
     conn.execute("SELECT jobcap.alter_queue(%s, max_running => %s)",
                  (queue, 0 if max_running is None else max_running))
+
+
+def cancel_job(conn: psycopg.Connection, job_id: int) -> bool:
+    """Cancels a job that has not finished: pending, waiting or running (its worker is told at
+    once, and its handler stopped: docs/workflows.md); its waiting dependents are cancelled too.
+    False when the job had finished already."""
+    return conn.execute("SELECT jobcap.cancel_job(%s)", (job_id,)).fetchone()[0]
 
 
 def pause_queue(conn: psycopg.Connection, queue: str) -> bool:

@@ -1,4 +1,5 @@
 """The Python client against a throwaway server: settle, fence, timeouts, wake-ups, signals."""
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -239,6 +240,47 @@ class ControlsTest(Base):
         jobcap.set_max_running(self.conn, capped, None)
         self.assertEqual(self.claim(capped, 5), 2)
         self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (capped,))
+
+    def queue_row(self, queue):
+        return self.conn.execute(
+            "SELECT max_attempts, lease, max_running, max_snoozes, max_run_time, rate_limit,"
+            " rate_period, max_running_per_key, fairness FROM jobcap.queues WHERE queue = %s",
+            (queue,)).fetchone()
+
+    def test_create_and_alter_queue_with_every_setting(self):
+        q = self.queue[:50] + "_set"
+        jobcap.create_queue(self.conn, q, max_attempts=4, lease=60, max_running=5,
+                            max_snoozes=2, max_run_time=90, rate_limit=100,
+                            rate_period=dt.timedelta(minutes=1), max_running_per_key=3,
+                            fairness="round_robin")
+        self.assertEqual(self.queue_row(q), (
+            4, dt.timedelta(seconds=60), 5, 2, dt.timedelta(seconds=90), 100,
+            dt.timedelta(minutes=1), 3, "round_robin"))
+        # Only what is given changes; 0 removes a limit, as in SQL.
+        jobcap.alter_queue(self.conn, q, max_running=0, rate_limit=0, fairness="fifo",
+                           max_snoozes=7)
+        self.assertEqual(self.queue_row(q), (
+            4, dt.timedelta(seconds=60), None, 7, dt.timedelta(seconds=90), None,
+            dt.timedelta(minutes=1), 3, "fifo"))
+        jobcap.alter_queue(self.conn, q)  # nothing given: nothing changes
+        self.assertEqual(self.queue_row(q)[3], 7)
+        # Bad input is the server's error, with its SQLSTATE.
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):
+            jobcap.alter_queue(self.conn, q, fairness="lottery")
+        self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (q,))
+
+    def test_create_queue_defaults_are_the_servers(self):
+        q = self.queue[:50] + "_def"
+        jobcap.create_queue(self.conn, q)
+        self.assertEqual(self.queue_row(q)[2:], (None, 10, None, None, dt.timedelta(seconds=1),
+                                                 None, "fifo"))
+        self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (q,))
+
+    def test_cancel_job(self):
+        waiting = self.enqueue()
+        self.assertTrue(jobcap.cancel_job(self.conn, waiting))
+        self.assertEqual(self.job(waiting)[0], "cancelled")
+        self.assertFalse(jobcap.cancel_job(self.conn, waiting))  # finished already
 
     def test_concurrency_key_on_enqueue(self):
         keyed = self.queue[:50] + "_keyed"
