@@ -14,7 +14,9 @@ What each broker call does in jobcap:
 
 * ``enqueue``: ``enqueue_job`` on Django's own database connection, so it joins the caller's
   transaction (``transaction.atomic``): the task exists if and only if the caller's writes
-  commit.
+  commit. A task whose package has ``jobcap_concurrency_key`` (set by a receiver of Django-Q's
+  ``pre_enqueue`` signal, which may edit the task before it is signed) gets that concurrency
+  key (jobcap 0.3.0: the queue's max_running_per_key and fairness apply to it).
 * ``dequeue``: ``claim_job`` of up to ``bulk`` jobs on the broker's own autocommit connection
   (a claim must commit before work starts; it refuses to run inside a savepoint), with
   ``retry`` seconds as the lease. The ack id carries the job, its fence and when it was
@@ -81,6 +83,8 @@ _ENSURED = set()
 _PROBED = set()
 
 QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
+# The task's field naming its concurrency key (see enqueue above).
+CONCURRENCY_KEY = "jobcap_concurrency_key"
 # Whether the role may create queues (create_queue is an operator's function): asked first, so
 # that a worker role's process does not leave a permission error in the server's log.
 MAY_MANAGE_QUEUES = (
@@ -270,10 +274,19 @@ class Broker(BaseBroker):
 
     def enqueue(self, task: str):
         self._ensure_queue()
+        fields = _task_fields(task)
+        key = fields.get(CONCURRENCY_KEY)
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"jobcap: the task's {CONCURRENCY_KEY} must be a string, "
+                             f"not {type(key).__name__}")
         with connections[self.alias].cursor() as cursor:   # the caller's transaction
-            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s)",
-                           (self.list_key, json.dumps({"package": task}),
-                            dedupe_key_of(_task_id_of(task))))
+            args = (self.list_key, json.dumps({"package": task}),
+                    dedupe_key_of(str(fields.get("id", ""))))
+            if key is None:  # the call a 0.2.0 database knows
+                cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s)", args)
+            else:
+                cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s,"
+                               " concurrency_key => %s)", args + (key,))
             return cursor.fetchone()[0]
 
     def dequeue(self) -> Optional[List[Tuple[str, str]]]:
@@ -424,12 +437,17 @@ def _like(pattern: str) -> str:
     return "".join(out)
 
 
-def _task_id_of(package: str) -> str:
+def _task_fields(package: str) -> dict:
     from django_q.signing import BadSignature, SignedPackage
     try:
-        return str(SignedPackage.loads(package).get("id", ""))
+        task = SignedPackage.loads(package)
     except (BadSignature, TypeError, ValueError):
-        return ""   # the pusher finds it out too, and calls fail()
+        return {}   # the pusher finds it out too, and calls fail()
+    return task if isinstance(task, dict) else {}
+
+
+def _task_id_of(package: str) -> str:
+    return str(_task_fields(package).get("id", ""))
 
 
 def _parse(ack_id) -> Tuple[int, int, float, str]:

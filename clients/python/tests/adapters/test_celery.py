@@ -131,6 +131,14 @@ class CeleryWorkerTest(unittest.TestCase):
             raise
         return job_id
 
+    def test_concurrency_key_header(self):
+        result = celery_app.ok.apply_async(("keyed",),
+                                           headers={"jobcap_concurrency_key": "tenant-42"})
+        job_id = self.settled(result)
+        self.assertEqual(state(job_id)[0], "succeeded")
+        self.assertEqual(sql("SELECT concurrency_key FROM jobcap.jobs WHERE job_id = %s",
+                             (job_id,))[0][0], "tenant-42")
+
     def test_success(self):
         job_id = self.settled(celery_app.ok.delay("hello"))
         self.assertEqual(state(job_id), ("succeeded", 1, 3))

@@ -143,6 +143,18 @@ class DjangoQClusterTest(unittest.TestCase):
         self.assertEqual(sql("SELECT count(*) FROM jobcap_django_q_stat"
                              " WHERE expires_at > now()")[0][0], 1)
 
+    def test_5_concurrency_key_set_by_pre_enqueue(self):
+        django("from django_q.signals import pre_enqueue\n"
+               "def keyed(sender, task, **kw):\n"
+               "    task['jobcap_concurrency_key'] = 'tenant-7'\n"
+               "pre_enqueue.connect(keyed)\n"
+               "from django_q.tasks import async_task\n"
+               "async_task('djq_tasks.ok', 5)\n")
+        job_id = self.newest_job("ok")
+        self.assertEqual(sql("SELECT concurrency_key FROM jobcap.jobs WHERE job_id = %s",
+                             (job_id,))[0][0], "tenant-7")
+        self.wait_state(job_id, ("succeeded",), 30)
+
     def test_4_enqueue_joins_the_callers_transaction(self):
         before = sql("SELECT count(*) FROM jobcap.jobs")[0][0]
         django("from django.db import transaction\n"

@@ -168,6 +168,19 @@ class KombuTest(unittest.TestCase):
         for m in got:
             m.ack()
 
+    def test_concurrency_key_header(self):
+        self.queue.put({"k": 1}, headers={"jobcap_concurrency_key": "tenant-42"})
+        self.queue.put({"k": 2})
+        got = [self.queue.get(timeout=5) for _ in range(2)]
+        keys = [sql("SELECT concurrency_key FROM jobcap.jobs WHERE job_id = %s",
+                    (m.headers["jobcap_job_id"],))[0][0] for m in got]
+        self.assertEqual(keys, ["tenant-42", None])
+        for m in got:
+            m.ack()
+        with self.assertRaises(ValueError):
+            self.queue.put({"k": 3}, headers={"jobcap_concurrency_key": 42})
+        self.assertEqual(self.queue.qsize(), 0)
+
     def test_eta_header_is_run_at(self):
         eta = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
         self.queue.put({"later": 1}, headers={"eta": eta.isoformat()})
