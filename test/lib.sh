@@ -30,7 +30,8 @@ jobcap_deps() {
     major=$(jobcap_major)
     local want=(postgresql-"$major" postgresql-server-dev-"$major" libipc-run-perl g++ make)
     local missing=()
-    if [ "${1:-}" = chaos ] || [ "${1:-}" = failover ]; then
+    # The PGXS suites too: TAP's 190_cancel_push runs real Python and Node workers.
+    if [ "${1:-}" = chaos ] || [ "${1:-}" = failover ] || [ "${1:-}" = pgxs ]; then
         want+=(python3-psycopg)
         [ "${1:-}" = failover ] && want+=(pg-auto-failover-cli postgresql-"$major"-auto-failover)
         command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
