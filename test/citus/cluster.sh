@@ -23,8 +23,8 @@ expect() {  # expect NAME WANT GOT
 
 stop_all() {
     local p
-    for p in 0 1 2; do
-        [ -f "$dir/n$p/postmaster.pid" ] && pg_ctl -D "$dir/n$p" -m immediate stop >/dev/null 2>&1 || true
+    for p in n0 n1 n2 back; do
+        [ -f "$dir/$p/postmaster.pid" ] && pg_ctl -D "$dir/$p" -m immediate stop >/dev/null 2>&1 || true
     done
 }
 [ -n "${KEEP:-}" ] || trap stop_all EXIT
@@ -279,6 +279,36 @@ for f in $(printf '%s\n' "${!calls[@]}" | sort); do
 done
 expect "not yet on a cluster: each refused with 0A000" "" "$refused"
 expect "a refused drop_queue dropped nothing" "1" "$(q $c "SELECT count(*) FROM jobcap.queues WHERE queue = 'q8'")"
+
+# The way back to one server (docs/scaling.md, "Going back to one server"): the rows read through
+# the coordinator, copied into a fresh install on a plain node, the sequences set past what was
+# handed out; the queues then work there, with their jobs' states, attempts and caps as they were.
+b=55474
+rm -rf "$dir/back"
+initdb -D "$dir/back" -A trust >/dev/null
+printf '%s\n' "port = $b" "listen_addresses = 'localhost'" "unix_socket_directories = '/tmp'" \
+    "shared_preload_libraries = 'jobcap'" >>"$dir/back/postgresql.conf"
+pg_ctl -D "$dir/back" -l "$dir/back.log" -w start >/dev/null
+q $b "CREATE EXTENSION jobcap" >/dev/null
+for t in queues queue_grants job_schedules jobs job_errors; do
+    psql -X -q -v ON_ERROR_STOP=1 -p $c -c "\copy (SELECT * FROM jobcap.$t) TO '$dir/back-$t.copy'"
+    psql -X -q -v ON_ERROR_STOP=1 -p $b -c "\copy jobcap.$t FROM '$dir/back-$t.copy'"
+done
+q $b "SELECT setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), (SELECT max(job_id) FROM jobcap.jobs));
+      SELECT setval('jobcap.fences', (SELECT max(fence) FROM jobcap.jobs));
+      SELECT setval(pg_get_serial_sequence('jobcap.job_errors', 'seq'), (SELECT max(seq) FROM jobcap.job_errors))" >/dev/null
+summary="SELECT string_agg(queue || ':' || state || ':' || attempts || ':' || n, ' ' ORDER BY queue, state, attempts) FROM (SELECT queue, state, attempts, count(*) AS n FROM jobcap.jobs GROUP BY 1, 2, 3) s"
+expect "way back: the jobs' queues, states and attempts as on the cluster" "$(q $c "$summary")" "$(q $b "$summary")"
+expect "way back: the history as on the cluster" "$(q $c "SELECT count(*) FROM jobcap.job_errors")" \
+    "$(q $b "SELECT count(*) FROM jobcap.job_errors")"
+expect "way back: a dead job stays dead (no claim of q1)" "" "$(q $b "SELECT job_id FROM jobcap.claim_job('q1', 'w')")"
+id=$(q $b "SELECT jobcap.enqueue_job('q5', '{\"back\": true}')")
+expect "way back: a new job's id above every copied one" "t" "$(q $b "SELECT $id > max(job_id) FILTER (WHERE job_id <> $id) FROM jobcap.jobs")"
+read -r cid cfence < <(q $b "SELECT job_id, fence FROM jobcap.claim_job_by_id($id, 'w')" | tr '|' ' ')
+expect "way back: the claim's fence above every fence handed out on the cluster" "t" \
+    "$(q $b "SELECT $cfence > max(fence) FILTER (WHERE job_id <> $cid) FROM jobcap.jobs")"
+expect "way back: claimed and completed on the plain node" "succeeded" "$(q $b "SELECT jobcap.complete_job($cid, $cfence)")"
+pg_ctl -D "$dir/back" -m fast stop >/dev/null
 
 echo "citus: $failures failed"
 [ "$failures" -eq 0 ]
