@@ -634,16 +634,22 @@ def run(args) -> int:
         return report(args, result, info, fleet, froze, restarts, mode, elapsed, finished,
                       time.monotonic() - started)
     finally:
-        if fleet is not None:
-            fleet.kill_all()
-        worker_log.close()
-        if db is not None:
-            db.close()
-        cluster.stop()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        teardown(fleet, worker_log, db, cluster.stop, workdir, args.keep)
+
+
+def teardown(fleet, worker_log, db, stop, workdir, keep) -> None:
+    """The end of a run (this one, test/failover's): the fleet killed, the log and the
+    connection closed, the servers stopped (stop()), their directory kept or removed."""
+    if fleet is not None:
+        fleet.kill_all()
+    worker_log.close()
+    if db is not None:
+        db.close()
+    stop()
+    if keep:
+        log(f"kept {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall) -> int:

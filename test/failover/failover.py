@@ -453,16 +453,7 @@ def run(args) -> int:
             f" ({'PASS' if passed else 'FAIL'})")
         return 0 if passed else 1
     finally:
-        if fleet is not None:
-            fleet.kill_all()
-        worker_log.close()
-        if db is not None:
-            db.close()
-        ha.stop()
-        if args.keep:
-            log(f"kept {ha.dir}")
-        else:
-            shutil.rmtree(ha.dir, ignore_errors=True)
+        chaos.teardown(fleet, worker_log, db, ha.stop, ha.dir, args.keep)
 
 
 def settled_after(path: str):
