@@ -15,7 +15,6 @@
 // transaction. Round-robin fairness is a capped queue's too: its claim reads and writes the
 // queue's turn (jobcap.queue_turns) under the same lock.
 #include "housekeeping/rollbacks.hpp"
-#include "functions/claim_locks.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
@@ -423,12 +422,14 @@ void charge_room(Room& r, Datum queue, uint64 rows)
     execute(statements::charge_rate, p, SPI_OK_INSERT);
 }
 
-// claim_job's statement parameters ($1 to $7, as CLAIM_BATCH) for call, claiming at most batch.
+// claim_job's statement parameters for call, claiming at most batch: now, worker, lease, queue,
+// batch, caller, uncounted jobs.
 Params claim_params(const ClaimCall& call, int32 batch, const Access& access)
 {
     Params p;
     p.add(TimestampTzGetDatum(call.now)).add(call.worker.datum).add(call.lease, call.no_lease);
-    p.add(call.queue.datum).add(Int32GetDatum(batch)).add_caller(access).add(call.uncounted);
+    p.add(call.queue.datum).add(Int32GetDatum(batch)).add_caller(access);
+    p.add(call.uncounted);
     return p;
 }
 
@@ -454,7 +455,6 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
     Statement& open_claim = deadlines && flow ? statements::claim_job : statements::claim_job_0_2;
     Statement& capped_claim =
         deadlines ? statements::claim_job_capped : statements::claim_job_capped_0_2;
-    lock_queue_at_snapshot(queue.datum);
     uint64 rows = execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
     if (rows > 0)
         return rows;
@@ -662,7 +662,6 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
         deadlines && flow ? statements::claim_job_by_id : statements::claim_job_by_id_0_2;
     Statement& capped_claim =
         deadlines ? statements::claim_job_by_id_capped : statements::claim_job_by_id_capped_0_2;
-    lock_job_queue_at_snapshot(job_id);
     uint64 rows = execute(controls ? open_claim : statements::claim_job_by_id_0_1, p,
                           SPI_OK_UPDATE_RETURNING);
     Room room = {};
