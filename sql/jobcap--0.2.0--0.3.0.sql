@@ -294,6 +294,13 @@ CREATE INDEX jobs_start_by ON jobcap.jobs (start_by)
     WHERE start_by IS NOT NULL AND first_claimed_at IS NULL
       AND state OPERATOR(pg_catalog.<>) ALL ('{running,succeeded,dead,cancelled}');
 
+-- Dedupe windows (enqueue_job's dedupe_window): a key's succeeded and cancelled jobs by the time
+-- they were enqueued, so that a window's lookup reads only the key's recent jobs. A job enters
+-- once, when it ends; a job without a key fails the first test (claims, retries and jobs without
+-- keys pay only that test), and nothing in it changes after its insert but the state.
+CREATE INDEX jobs_dedupe_done ON jobcap.jobs (queue, dedupe_key, enqueued_at)
+    WHERE dedupe_key IS NOT NULL AND state OPERATOR(pg_catalog.=) ANY ('{succeeded,cancelled}');
+
 -- New parameters of create_queue, alter_queue, enqueue_job and enqueue_jobs (max_snoozes,
 -- max_run_time; depends_on, parent_outputs, max_run_time, start_by): their one declaration each
 -- is in the per-key concurrency section below, with every section's parameters.
@@ -539,12 +546,14 @@ CREATE FUNCTION jobcap.enqueue_job(
     parent_outputs boolean DEFAULT false,
     max_run_time interval DEFAULT NULL,
     start_by timestamptz DEFAULT NULL,
-    concurrency_key text DEFAULT NULL)
+    concurrency_key text DEFAULT NULL,
+    dedupe_window interval DEFAULT NULL,
+    dedupe text DEFAULT 'keep')
 RETURNS bigint
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'jobcap_enqueue_job';
-COMMENT ON FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text) IS
-    'Inserts a job; with depends_on it waits until each of those jobs has succeeded (parent_outputs: their outputs join its payload) and is cancelled when one dies or is cancelled; max_run_time bounds each attempt; a job not claimed by start_by is cancelled; concurrency_key is the key its queue''s max_running_per_key and fairness apply to.';
+COMMENT ON FUNCTION jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text, interval, text) IS
+    'Inserts a job; with depends_on it waits until each of those jobs has succeeded (parent_outputs: their outputs join its payload) and is cancelled when one dies or is cancelled; max_run_time bounds each attempt; a job not claimed by start_by is cancelled; concurrency_key is the key its queue''s max_running_per_key and fairness apply to; dedupe_window: a dedupe_key also returns the key''s succeeded or cancelled job enqueued within it; dedupe => ''replace'': a pending job holding the key takes this payload and run_at.';
 
 DROP FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer);
 CREATE FUNCTION jobcap.enqueue_jobs(
@@ -568,12 +577,12 @@ COMMENT ON FUNCTION jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, int
 REVOKE ALL ON FUNCTION
     jobcap.create_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text),
     jobcap.alter_queue(text, integer, interval, interval, interval, boolean, integer, integer, interval, integer, interval, integer, text),
-    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text),
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text, interval, text),
     jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz, text[])
 FROM PUBLIC;
 REVOKE ALL ON jobcap.queue_turns FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text),
+    jobcap.enqueue_job(text, jsonb, timestamptz, integer, integer, text, bigint[], boolean, interval, timestamptz, text, interval, text),
     jobcap.enqueue_jobs(text, jsonb[], timestamptz, integer, integer, bigint[], boolean, interval, timestamptz, text[])
 TO jobcap_worker;
 GRANT EXECUTE ON FUNCTION

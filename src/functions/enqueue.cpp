@@ -30,6 +30,8 @@ constexpr int kEnqueueJobsWorkflow = 5;
 // parameters (docs/flow_control.md). compat(0.2.0): not passed by the 0.2.0 declarations.
 constexpr int kEnqueueJobKey = kEnqueueJobWorkflow + 4;
 constexpr int kEnqueueJobsKeys = kEnqueueJobsWorkflow + 4;
+// enqueue_job's dedupe_window and dedupe, last (docs/flow_control.md#dedupe-windows).
+constexpr int kEnqueueJobDedupe = kEnqueueJobKey + 1;
 
 // What an enqueue's workflow parameters ask for: the jobs it depends on (sorted, each once).
 struct Dependencies {
@@ -236,6 +238,62 @@ JOBCAP_STATEMENT(enqueue_job,
                   OIDOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID},
                  PlanKind::generic);
 
+// enqueue_job's statement when a dedupe window ($12, or NULL) or replace ($13) is asked for;
+// the key ($6) is never NULL here. recent: the key's latest succeeded or cancelled job enqueued
+// within the window (through jobs_dedupe_done); it stands for the key as a live holder does, so
+// nothing is inserted, but a live holder comes first. upd (replace): the pending job holding the
+// key takes the payload and run_at; a claim that locked it first leaves it running, and then it
+// is returned unchanged as a running holder is. The retry loop covers what a snapshot misses,
+// as for enqueue_job.
+JOBCAP_STATEMENT(
+    enqueue_job_dedupe,
+    "WITH q AS (SELECT queue, notify FROM jobcap.queues"
+    "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"
+    " recent AS (SELECT j.job_id FROM jobcap.jobs j"
+    "           WHERE $12 IS NOT NULL AND j.queue = $1 AND j.dedupe_key = $6"
+    "             AND j.state IN ('succeeded', 'cancelled') AND j.enqueued_at >= $7 - $12"
+    "           ORDER BY j.enqueued_at DESC, j.job_id DESC LIMIT 1),"
+    " upd AS (UPDATE jobcap.jobs j SET payload = $2, run_at = $3 FROM q"
+    "           WHERE $13 AND j.queue = q.queue AND j.dedupe_key = $6 AND j.state = 'pending'"
+    "           RETURNING j.job_id),"
+    " ins AS (INSERT INTO jobcap.jobs"
+    "           (queue, payload, run_at, priority, max_attempts, dedupe_key, enqueued_at,"
+    "            max_run_time, start_by, concurrency_key)"
+    "         SELECT q.queue, $2, $3, $4, $5, $6, $7, $9, $10, $11[1] FROM q"
+    "           WHERE NOT EXISTS (SELECT FROM recent) AND NOT EXISTS (SELECT FROM upd)"
+    "         ON CONFLICT (queue, dedupe_key)"
+    "           WHERE dedupe_key IS NOT NULL AND state IN ('pending', 'running', 'dead')"
+    "         DO NOTHING RETURNING job_id)"
+    " SELECT q.notify AND (EXISTS (SELECT FROM ins) OR EXISTS (SELECT FROM upd)),"
+    "   coalesce((SELECT job_id FROM upd), (SELECT job_id FROM ins),"
+    "        (SELECT j.job_id FROM jobcap.jobs j WHERE j.queue = $1"
+    "           AND j.dedupe_key = $6 AND j.state IN ('pending', 'running', 'dead') LIMIT 1),"
+    "        (SELECT job_id FROM recent)),"
+    "   EXISTS (SELECT FROM ins)"
+    " FROM q",
+    {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, OIDOID,
+     INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INTERVALOID, BOOLOID},
+    PlanKind::generic);
+
+// After enqueue_job_dedupe inserted job $4 under a window ($3) for key $2 of queue $1: the
+// statement's snapshot can predate the end of the job that held the key (its insert waited for
+// that end, or it came just before), so the key's finished jobs are looked up again, in a new
+// snapshot at READ COMMITTED; when one was enqueued within the window ($5 = the call's time),
+// the new job is deleted (nobody saw it) and that one returned. Column 2: a live holder other
+// than $4 in the snapshot, which only a snapshot that predates its end can show (REPEATABLE
+// READ, SERIALIZABLE): a serialization failure.
+JOBCAP_STATEMENT(
+    recheck_dedupe_window,
+    "WITH r AS (SELECT j.job_id FROM jobcap.jobs j"
+    "           WHERE j.queue = $1 AND j.dedupe_key = $2"
+    "             AND j.state IN ('succeeded', 'cancelled') AND j.enqueued_at >= $5 - $3"
+    "           ORDER BY j.enqueued_at DESC, j.job_id DESC LIMIT 1),"
+    " del AS (DELETE FROM jobcap.jobs j WHERE j.job_id = $4 AND EXISTS (SELECT FROM r))"
+    " SELECT (SELECT job_id FROM r),"
+    "   EXISTS (SELECT FROM jobcap.jobs j WHERE j.queue = $1 AND j.dedupe_key = $2"
+    "           AND j.state IN ('pending', 'running', 'dead') AND j.job_id <> $4)",
+    {TEXTOID, TEXTOID, INTERVALOID, INT8OID, TIMESTAMPTZOID}, PlanKind::generic);
+
 // compat(0.2.0): the 0.2.0 schema's, without max_run_time and start_by.
 JOBCAP_STATEMENT(enqueue_job_0_2, ENQUEUE_JOB("", ""),
                  {TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
@@ -380,6 +438,64 @@ Datum enqueue_with_dependencies(const Access& access, const char* function, cons
     return ids;
 }
 
+// enqueue_job's dedupe_window and dedupe (docs/flow_control.md#dedupe-windows).
+struct DedupeMode {
+    bool asked;  // a window or replace: enqueue_job_dedupe, with the two below as $12, $13
+    bool no_window;
+    Datum window;
+    bool replace;
+};
+
+// Arguments at and at + 1, not passed by the 0.2.0 declaration. Both need a dedupe key.
+DedupeMode read_dedupe(FunctionCallInfo fcinfo, int at, bool has_dedupe_key)
+{
+    DedupeMode d = {false, true, (Datum) 0, false};
+    if (PG_NARGS() <= at + 1)  // compat(0.2.0)
+        return d;
+    d.window = arg_span(fcinfo, at, "dedupe_window", false, true, &d.no_window);
+    const char* mode = text_to_cstring(DatumGetTextPP(arg_required(fcinfo, at + 1, "dedupe")));
+    d.replace = strcmp(mode, "replace") == 0;
+    if (!d.replace && strcmp(mode, "keep") != 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("dedupe must be 'keep' or 'replace', not \"%s\"", mode)));
+    d.asked = !d.no_window || d.replace;
+    if (d.asked && !has_dedupe_key)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg(d.no_window ? "dedupe => 'replace' needs a dedupe_key"
+                                    : "dedupe_window needs a dedupe_key"),
+                 errhint("The window and replace apply to the jobs holding the same dedupe_key.")));
+    return d;
+}
+
+// recheck_dedupe_window for job_id, which enqueue_job_dedupe inserted: the job to return, and
+// *notify cleared when it is another.
+int64 recheck_window(const NameArg& queue, Datum key, Datum window, int64 job_id, TimestampTz now,
+                     bool* notify)
+{
+    Params p;
+    p.add(queue.datum)
+        .add(key)
+        .add(window)
+        .add(Int64GetDatum(job_id))
+        .add(TimestampTzGetDatum(now));
+    execute(statements::recheck_dedupe_window, p, SPI_OK_SELECT);
+    if (DatumGetBool(result_column(0, 2)))
+        ereport(ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("could not enqueue into queue \"%s\": the job holding its dedupe key ended "
+                        "after this transaction's snapshot",
+                        queue.cstr),
+                 errdetail("Its dedupe_window asks whether that job was enqueued within it."),
+                 errhint("Retry the transaction.")));
+    bool none = false;
+    Datum found = result_column(0, 1, &none);
+    if (none)
+        return job_id;
+    *notify = false;
+    return DatumGetInt64(found);
+}
+
 // enqueue_job's and enqueue_jobs' refusals for a job that depends on others.
 void check_dependent(const Dependencies& deps, bool has_dedupe_key, const Datum* payloads, int n)
 {
@@ -424,6 +540,7 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
     read_workflow(fcinfo, kEnqueueJobWorkflow, &v, &deps);
     read_key(fcinfo, kEnqueueJobKey, &v);
     check_dependent(deps, !PG_ARGISNULL(5), &payload, 1);
+    DedupeMode dedupe = read_dedupe(fcinfo, kEnqueueJobDedupe, !PG_ARGISNULL(5));
 
     lock_queue_for_insert(queue.datum);
     if (deps.n > 0) {
@@ -457,13 +574,17 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
         add_deadlines(p, v);
         add_keys(p, v);
     }
+    if (dedupe.asked)
+        p.add(dedupe.window, dedupe.no_window).add(BoolGetDatum(dedupe.replace));
     int64 job_id = 0;
     bool notify = false;
+    Statement& statement = dedupe.asked ? statements::enqueue_job_dedupe
+                           : deadlines  ? statements::enqueue_job
+                                        : statements::enqueue_job_0_2;
     // A miss happens only when a job holding the key commits between the insert's conflict
     // check and the lookup; at READ COMMITTED the next try sees it.
     for (int attempt = 0; attempt < 3 && job_id == 0; ++attempt) {
-        if (execute(deadlines ? statements::enqueue_job : statements::enqueue_job_0_2, p,
-                    SPI_OK_SELECT) == 0) {
+        if (execute(statement, p, SPI_OK_SELECT) == 0) {
             // Raises unless the queue appeared since the statement's snapshot: then retry.
             check_queue(access, function, queue.datum, queue.cstr);
             continue;
@@ -473,6 +594,9 @@ JOBCAP_FUNCTION(enqueue_job, Duty::worker)
         notify = DatumGetBool(result_column(0, 1));
         if (!missing)
             job_id = DatumGetInt64(id);
+        if (job_id != 0 && !dedupe.no_window && DatumGetBool(result_column(0, 3)))
+            job_id =
+                recheck_window(queue, PG_GETARG_DATUM(5), dedupe.window, job_id, v.now, &notify);
     }
     if (job_id == 0)
         ereport(ERROR,

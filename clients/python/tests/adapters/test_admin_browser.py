@@ -216,11 +216,19 @@ class AdminBrowserTest(unittest.TestCase):
         b.find_element(By.ID, "id_username").send_keys(user)
         b.find_element(By.ID, "id_password").send_keys(password)
         b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        # The login's redirect must land before the next navigation: a get() issued while the
+        # POST is in flight can be overtaken by its redirect (to the first queue's page).
+        wait_for(lambda: "/admin/login/" not in b.current_url
+                 or "errornote" in b.page_source, timeout=15, what=f"{user}'s login")
 
     def open_queue(self, queue):
+        from selenium.webdriver.common.by import By
         self.browser.get(f"{self.base}{PAGE}?queue={queue}")
-        wait_for(lambda: "Dead jobs of" in self.browser.page_source, timeout=15,
-                 what=f"the page of {queue}")
+
+        def shown():
+            names = self.browser.find_elements(By.ID, "queue-name")
+            return bool(names) and names[0].text == queue
+        wait_for(shown, timeout=15, what=f"the page of {queue}")
 
     def assert_fits(self):
         """Nothing wider than the window: no horizontal scrolling, every cell inside its table."""
