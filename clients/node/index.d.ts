@@ -151,7 +151,11 @@ export declare function scheduleJob(db: Queryable, name: string, cron: string, q
 export declare function unscheduleJob(db: Queryable, name: string): Promise<boolean>;
 export declare function enqueue(db: Queryable, queue: string, payload?: unknown, options?: {
   runAt?: Date | null; priority?: number; maxAttempts?: number | null;
-  dedupeKey?: string | null; concurrencyKey?: string | null }): Promise<number>;
+  dedupeKey?: string | null; concurrencyKey?: string | null;
+  /** ms: dedupeKey also finds the key's succeeded or cancelled job enqueued within it. */
+  dedupeWindow?: number | null;
+  /** 'replace': a pending job holding dedupeKey takes this payload and runAt. */
+  dedupe?: 'keep' | 'replace' }): Promise<number>;
 export declare function complete(db: Queryable, jobId: number, fence: number,
   output?: unknown): Promise<JobState>;
 /** What jobResult resolves to. */

@@ -104,17 +104,22 @@ async function unscheduleJob(db, name) {
   return rows[0].removed;
 }
 
-/** Enqueues one job in the caller's transaction; resolves to its id. */
+/** Enqueues one job in the caller's transaction; resolves to its id. jobcap 0.3.0:
+ * concurrencyKey, dedupeWindow (ms: dedupeKey also finds the key's succeeded or cancelled job
+ * enqueued within it) and dedupe ('keep' or 'replace': a pending job holding the key takes this
+ * payload and runAt); without them, the call a 0.2.0 database knows. */
 async function enqueue(db, queue, payload = {}, { runAt = null, priority = 0, maxAttempts = null,
-  dedupeKey = null, concurrencyKey = null } = {}) {
+  dedupeKey = null, concurrencyKey = null, dedupeWindow = null, dedupe = 'keep' } = {}) {
   const args = [queue, JSON.stringify(payload), runAt, priority, maxAttempts, dedupeKey];
-  // concurrencyKey (jobcap 0.3.0): without it, the call a 0.2.0 database knows.
-  const { rows } = concurrencyKey == null
-    ? await db.query(
-      'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6) AS id', args)
-    : await db.query(
-      'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6,'
-        + ' concurrency_key => $7) AS id', [...args, concurrencyKey]);
+  let sql = 'SELECT jobcap.enqueue_job($1, $2, coalesce($3, now()), $4, $5, $6';
+  for (const [name, value, unset] of [['concurrency_key', concurrencyKey, null],
+    ['dedupe_window', interval(dedupeWindow), null], ['dedupe', dedupe, 'keep']]) {
+    if (value != unset) {
+      args.push(value);
+      sql += `, ${name} => $${args.length}`;
+    }
+  }
+  const { rows } = await db.query(`${sql}) AS id`, args);
   return Number(rows[0].id);
 }
 

@@ -260,6 +260,20 @@ describe('queue controls', () => {
     assert.equal(await claim(ctx.queue, 5), 0);
   });
 
+  it('enqueues with a dedupeWindow and dedupe replace', async () => {
+    await queue();
+    const first = await enqueue({ v: 1 }, { dedupeKey: 'd', dedupeWindow: 3600000 });
+    assert.equal(await enqueue({ v: 2 }, { dedupeKey: 'd', dedupe: 'replace' }), first);
+    const { rows } = await db.query('SELECT payload FROM jobcap.jobs WHERE job_id = $1', [first]);
+    assert.deepEqual(rows[0].payload, { v: 2 });
+    await db.query('SELECT jobcap.complete_job(job_id, fence) FROM jobcap.claim_job($1, \'w\')',
+      [ctx.queue]);
+    // Succeeded within the window: the same job; without a window, a new one.
+    assert.equal(await enqueue({}, { dedupeKey: 'd', dedupeWindow: 3600000 }), first);
+    assert.notEqual(await enqueue({}, { dedupeKey: 'd' }), first);
+    await assert.rejects(enqueue({}, { dedupeWindow: 60000 }), { code: '22023' });
+  });
+
   it('keeps the output given to complete and set by the handler', async () => {
     await queue();
     const id = await enqueue();

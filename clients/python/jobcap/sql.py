@@ -109,24 +109,27 @@ def unschedule_job(conn: psycopg.Connection, name: str) -> bool:
 def enqueue(conn: psycopg.Connection, queue: str, payload: Any = None, *,
             run_at: Optional[dt.datetime] = None, priority: int = 0,
             max_attempts: Optional[int] = None, dedupe_key: Optional[str] = None,
-            concurrency_key: Optional[str] = None) -> int:
+            concurrency_key: Optional[str] = None, dedupe_window: Optional[Seconds] = None,
+            dedupe: str = "keep") -> int:
     """Enqueues one job in the caller's transaction and returns its id.
 
     Enqueue in the same transaction as the write that makes the job necessary: both commit or
     neither does. A queue created with notify wakes its listening workers when this commits.
-    concurrency_key (jobcap 0.3.0) is the key the queue's max_running_per_key and fairness apply
-    to; without it the call is the one a 0.2.0 database knows.
+    jobcap 0.3.0: concurrency_key is the key the queue's max_running_per_key and fairness apply
+    to; dedupe_window (seconds or a timedelta) makes dedupe_key also return the key's succeeded
+    or cancelled job enqueued within it; dedupe="replace" gives a pending job holding the key
+    this payload and run_at. Without them the call is the one a 0.2.0 database knows.
     """
-    args = (queue, Jsonb({} if payload is None else payload), run_at, priority, max_attempts,
-            dedupe_key)
-    if concurrency_key is None:
-        row = conn.execute(
-            "SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s, %s, %s)", args).fetchone()
-    else:
-        row = conn.execute(
-            "SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s, %s, %s,"
-            " concurrency_key => %s)", args + (concurrency_key,)).fetchone()
-    return row[0]
+    sql = "SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s, %s, %s"
+    args = [queue, Jsonb({} if payload is None else payload), run_at, priority, max_attempts,
+            dedupe_key]
+    for name, value, default in (("concurrency_key", concurrency_key, None),
+                                 ("dedupe_window", interval(dedupe_window), None),
+                                 ("dedupe", dedupe, "keep")):
+        if value != default:
+            sql += f", {name} => %s"
+            args.append(value)
+    return conn.execute(sql + ")", args).fetchone()[0]
 
 
 def complete(conn: psycopg.Connection, job_id: int, fence: int, output: Any = None) -> str:

@@ -296,6 +296,19 @@ class ControlsTest(Base):
         self.assertEqual(self.claim(keyed, 5), 0)
         self.conn.execute("SELECT jobcap.drop_queue(%s, force => true)", (keyed,))
 
+    def test_dedupe_window_and_replace(self):
+        first = self.enqueue({"v": 1}, dedupe_key="d", dedupe_window=3600)
+        self.assertEqual(self.enqueue({"v": 2}, dedupe_key="d", dedupe="replace"), first)
+        self.assertEqual(self.conn.execute("SELECT payload FROM jobcap.jobs WHERE job_id = %s",
+                                           (first,)).fetchone()[0], {"v": 2})
+        self.conn.execute("SELECT jobcap.complete_job(job_id, fence)"
+                          " FROM jobcap.claim_job(%s, 'w')", (self.queue,))
+        # Succeeded within the window: the same job; without a window, a new one.
+        self.assertEqual(self.enqueue(dedupe_key="d", dedupe_window=dt.timedelta(hours=1)), first)
+        self.assertNotEqual(self.enqueue(dedupe_key="d"), first)
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):
+            self.enqueue(dedupe_window=60)
+
     def test_complete_keeps_the_output(self):
         job_id = self.enqueue()
         fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
