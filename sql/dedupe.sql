@@ -47,7 +47,8 @@ SELECT jobcap.drop_queue('ocr', force => true);
 SELECT jobcap.drop_queue('thumbs', force => true);
 
 -- Dedupe windows (0.3.0): with dedupe_window, a key also returns its latest succeeded or
--- cancelled job enqueued within the window, so the job is not run again; after it, a new job.
+-- cancelled job when that one was enqueued within the window, so the job is not run again;
+-- after it, a new job.
 SELECT jobcap.create_queue('mail', max_attempts => 2);
 SELECT jobcap.enqueue_job('mail', '{"to": 1}', dedupe_key => 'welcome-1', dedupe_window => '1 hour') AS w1 \gset
 SELECT jobcap.enqueue_job('mail', '{"to": 1, "again": true}', dedupe_key => 'welcome-1', dedupe_window => '1 hour') = :w1 AS same_while_pending;
@@ -67,10 +68,13 @@ SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-1', dedupe_window => '1
 UPDATE jobcap.jobs SET enqueued_at = enqueued_at - interval '2 hours' WHERE job_id IN (:w1, :w2);
 SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-1', dedupe_window => '1 hour') AS w3 \gset
 SELECT :w3 NOT IN (:w1, :w2) AS new_after_window;
--- A wider window still finds them.
+-- The key's latest finished job decides: enqueued 2 hours ago, a window of 3 hours finds it.
 SELECT jobcap.cancel_job(:w3);
-UPDATE jobcap.jobs SET enqueued_at = enqueued_at - interval '1 day' WHERE job_id = :w3;
-SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-1', dedupe_window => '3 hours') = :w2 AS wider_window;
+UPDATE jobcap.jobs SET enqueued_at = enqueued_at - interval '2 hours' WHERE job_id = :w3;
+SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-1', dedupe_window => '3 hours') = :w3 AS wider_window;
+SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-1', dedupe_window => '1 hour') AS w4 \gset
+SELECT :w4 NOT IN (:w1, :w2, :w3) AS new_after_window;
+SELECT jobcap.cancel_job(:w4);
 -- A live holder (here dead) comes before the window's finished jobs.
 SELECT jobcap.enqueue_job('mail', dedupe_key => 'welcome-2') AS dead \gset
 SELECT fence FROM jobcap.claim_job('mail', 'w') \gset
