@@ -123,6 +123,7 @@ SELECT count(*) AS claimed, min(j.concurrency_key) AS key
 -- waits for its retry's run_at, so it is not due).
 SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') AS line
  WHERE line LIKE 'jobcap_jobs_held_by_key%' OR line LIKE '# TYPE jobcap_jobs_held_by_key%';
+SELECT queue, pending, held_by_key FROM jobcap.queue_stats WHERE queue IN ('rk', 'rr') ORDER BY 1;
 
 -- Bad input: clear errors, nothing created or changed.
 SELECT jobcap.create_queue('bad', max_running_per_key => -1);

@@ -51,6 +51,11 @@ SELECT count(*) AS claimed_paused FROM jobcap.claim_job('capped', 'w', 5);
 SELECT jobcap.resume_queue('capped');
 SELECT count(*) AS claimed FROM jobcap.claim_job('capped', 'w', 5);
 SELECT queue, running, max_running FROM jobcap.queue_stats WHERE queue = 'capped';
+-- The due jobs max_running holds back now (pending beyond the room left), and none for a rate.
+SELECT pending, running, max_running, held_by_max_running, held_by_rate
+  FROM jobcap.queue_stats WHERE queue = 'capped';
+SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') line
+ WHERE line LIKE 'jobcap_jobs_held_by_max_running{queue="capped"}%';
 SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') line
  WHERE line LIKE 'jobcap_queue_max_running%';
 -- The plans, as jobcap makes them (generic, steered; plans.sql has the probes in full): the

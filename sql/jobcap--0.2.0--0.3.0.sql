@@ -349,7 +349,8 @@ AS 'MODULE_PATHNAME', 'jobcap_top_failing_jobs';
 COMMENT ON FUNCTION jobcap.top_failing_jobs(text, integer, timestamptz, timestamptz) IS
     'The n jobs (of queue, or of every queue) with the most failed attempts in the window, worst first, then those that snoozed most.';
 
--- queue_stats counts the jobs waiting for others: a column at the end.
+-- queue_stats counts the jobs waiting for others, and the due jobs that each limit of the queue
+-- holds back (NULL: the queue has no such limit): columns at the end.
 DROP VIEW jobcap.queue_stats;
 DROP FUNCTION jobcap.queue_stats_between(timestamptz, timestamptz);
 CREATE FUNCTION jobcap.queue_stats_between(since timestamptz, until timestamptz DEFAULT NULL)
@@ -358,7 +359,8 @@ RETURNS TABLE (queue text, pending bigint, scheduled bigint, running bigint, suc
                lost_leases bigint, crashed_jobs bigint, new_dead bigint,
                claim_latency_p50 interval, claim_latency_p95 interval,
                oldest_pending_age interval, window_start timestamptz, window_end timestamptz,
-               counted_until timestamptz, paused boolean, max_running integer, waiting bigint)
+               counted_until timestamptz, paused boolean, max_running integer, waiting bigint,
+               held_by_max_running bigint, held_by_rate bigint, held_by_key bigint)
 LANGUAGE C VOLATILE ROWS 10
 SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_queue_stats_between';

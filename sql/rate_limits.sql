@@ -23,6 +23,15 @@ SELECT count(*) AS claimed_next
 SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'rl' GROUP BY state ORDER BY state;
 SELECT slot_us, array_length(counts, 1) AS slots, (SELECT sum(c) FROM unnest(counts) c) AS charged
   FROM jobcap.queue_rates WHERE queue = 'rl';
+-- queue_stats and metrics() show the due jobs the limit holds back: the window is spent, so
+-- every pending job; the other limits' figures are NULL (the queue has none).
+SELECT pending, held_by_rate, held_by_max_running, held_by_key FROM jobcap.queue_stats WHERE queue = 'rl';
+SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') AS line
+ WHERE line LIKE 'jobcap_jobs_held_by_rate{queue="rl"}%';
+-- With room for 2 more claims, 2 fewer held.
+SELECT jobcap.alter_queue('rl', rate_limit => 6);
+SELECT pending, held_by_rate FROM jobcap.queue_stats WHERE queue = 'rl';
+SELECT jobcap.alter_queue('rl', rate_limit => 4);
 
 -- A claim that rolls back gives its charge back.
 SELECT jobcap.alter_queue('rl', rate_limit => 6);

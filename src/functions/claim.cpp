@@ -14,6 +14,7 @@
 // claims at most what all allow, and charges the window with what it claimed, in its own
 // transaction. Round-robin fairness is a capped queue's too: its claim reads and writes the
 // queue's turn (jobcap.queue_turns) under the same lock.
+#include "housekeeping/rates.hpp"
 #include "housekeeping/rollbacks.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
@@ -316,37 +317,16 @@ struct Room {
     Datum last_null, last_key;
 };
 
-// The length of a rate_period in microseconds (a month counts 30 days, a day 24 hours).
-int64 period_usec(Datum period)
-{
-    const Interval* i = DatumGetIntervalP(period);
-    return (int64) i->month * 30 * USECS_PER_DAY + (int64) i->day * USECS_PER_DAY + i->time;
-}
-
 // The window of the rate-limited queue, moved to now (empty when the queue has no row yet).
 // *moved: it was kept in another slot width; its claims, now counted as made in this one's newest
 // slot, must be written so, even when this claim takes nothing (or they would stay in that slot
 // for as long as the old width's).
 core::RateWindow read_window(const Params& queue, int64 slot_us, TimestampTz now, bool* moved)
 {
-    core::RateWindow w = core::rate_empty(slot_us, now);
-    if (execute_fresh(statements::read_rate, queue, SPI_OK_SELECT) > 0) {
-        w.slot_us = DatumGetInt64(result_column(0, 1));
-        w.newest = DatumGetInt64(result_column(0, 2));
-        ArrayType* counts = DatumGetArrayTypeP(result_column(0, 3));
-        Datum* values = nullptr;
-        bool* nulls = nullptr;
-        int n = 0;
-        deconstruct_array(counts, INT4OID, 4, true, TYPALIGN_INT, &values, &nulls, &n);
-        // A row changed by hand into another shape counts what it can.
-        for (int s = 0; s < n && s < core::kRateRing; ++s)
-            w.counts[s] = nulls[s] ? 0 : DatumGetInt32(values[s]);
-        if (w.slot_us < 1)
-            w = core::rate_empty(slot_us, now);
-        *moved = w.slot_us != slot_us;
-    }
-    core::rate_advance(w, slot_us, now);
-    return w;
+    if (execute_fresh(statements::read_rate, queue, SPI_OK_SELECT) == 0)
+        return rate_window(true, 0, 0, 0, slot_us, now, moved);
+    return rate_window(false, result_column(0, 1), result_column(0, 2), result_column(0, 3),
+                       slot_us, now, moved);
 }
 
 // How many more jobs queue may start now, under its row lock (taken here, held to commit):
@@ -366,7 +346,7 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     bool uncapped = false, unrated = false, unkeyed = false;
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     int32 limit = DatumGetInt32(result_column(0, 3, &unrated));
-    int64 slot_us = unrated ? 0 : core::rate_slot_us(period_usec(result_column(0, 4)));
+    int64 slot_us = unrated ? 0 : core::rate_slot_us(rate_period_usec(result_column(0, 4)));
     r.per_key = DatumGetInt32(result_column(0, 5, &unkeyed));  // 0 for NULL: no per-key limit
     r.round_robin = DatumGetBool(result_column(0, 6));
     r.keyed = r.per_key > 0 || r.round_robin;

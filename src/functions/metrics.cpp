@@ -49,27 +49,6 @@ void sample(StringInfo out, const char* name, const char* queue, const char* lab
     appendStringInfo(out, "%s %s\n", any ? "}" : "", number);
 }
 
-// Per queue with a max_running_per_key: its due pending jobs whose key is at the limit now (the
-// claims skip them until one of the key's running jobs settles). $1 = now.
-JOBCAP_STATEMENT(held_by_key,
-                 "WITH running AS (SELECT j.queue, j.concurrency_key, count(*) AS n"
-                 "   FROM jobcap.jobs j JOIN jobcap.queues q ON q.queue = j.queue"
-                 "  WHERE q.max_running_per_key IS NOT NULL AND j.state = 'running'"
-                 "    AND j.concurrency_key IS NOT NULL GROUP BY 1, 2)"
-                 " SELECT q.queue, count(j.job_id)::int8 FROM jobcap.queues q"
-                 "   LEFT JOIN running r ON r.queue = q.queue AND r.n >= q.max_running_per_key"
-                 "   LEFT JOIN jobcap.jobs j ON j.queue = r.queue"
-                 "    AND j.concurrency_key = r.concurrency_key AND j.state = 'pending'"
-                 "    AND j.run_at <= $1"
-                 "  WHERE q.max_running_per_key IS NOT NULL GROUP BY 1 ORDER BY 1",
-                 {TIMESTAMPTZOID}, PlanKind::generic);
-
-// A keyed queue's held-back jobs (held_by_key), as plain data.
-struct Held {
-    char queue[core::kMaxQueueName + 1];
-    int64 jobs;
-};
-
 typedef int64 QueueStats::*Count;
 
 struct PerQueue {
@@ -77,6 +56,25 @@ struct PerQueue {
     Count field;
     bool counted;  // from the worker's counts: left out while nothing is counted
     const char* help;
+};
+
+// The due jobs each limit holds back now (collect_stats: -1, left out, for a queue without it).
+struct Held {
+    const char* name;
+    Count field;
+    const char* help;
+};
+
+const Held kHeld[] = {
+    {"jobcap_jobs_held_by_max_running", &QueueStats::held_by_max_running,
+     "Due pending jobs beyond the queue's max_running minus its running jobs now: claims take "
+     "no more until jobs settle; queues without max_running are left out."},
+    {"jobcap_jobs_held_by_rate", &QueueStats::held_by_rate,
+     "Due pending jobs beyond what the queue's rate limit admits now (rate_limit claims in any "
+     "rate_period); queues without a rate limit are left out."},
+    {"jobcap_jobs_held_by_key", &QueueStats::held_by_key,
+     "Due pending jobs whose concurrency key is at the queue's max_running_per_key now: claims "
+     "skip them until a job of the key settles; queues without a per-key limit are left out."},
 };
 
 const PerQueue kWindowCounts[] = {
@@ -113,20 +111,6 @@ JOBCAP_FUNCTION(metrics, Duty::operator_)
     spi_open(access);
     QueueStats* stats = nullptr;
     uint64 rows = collect_stats(w, &stats);
-    // compat(0.2.0): no per-key limits on the 0.2.0 schema.
-    uint64 keyed = 0;
-    Held* held = nullptr;
-    if (flow_schema_exists()) {
-        Params p;
-        p.add(TimestampTzGetDatum(w.now));
-        keyed = execute(held_by_key, p, SPI_OK_SELECT);
-        held = static_cast<Held*>(SPI_palloc(sizeof(Held) * (keyed + 1)));
-        for (uint64 r = 0; r < keyed; ++r) {
-            text_to_cstring_buffer(DatumGetTextPP(result_column(r, 1)), held[r].queue,
-                                   sizeof held[r].queue);
-            held[r].jobs = DatumGetInt64(result_column(r, 2));
-        }
-    }
     spi_close(access);
 
     StringInfoData out;
@@ -154,13 +138,13 @@ JOBCAP_FUNCTION(metrics, Duty::operator_)
         if (stats[r].max_running > 0)
             sample(&out, "jobcap_queue_max_running", stats[r].queue, nullptr, nullptr,
                    (double) stats[r].max_running);
-    help_and_type(&out, "jobcap_jobs_held_by_key", "gauge",
-                  "Due pending jobs whose concurrency key is at the queue's max_running_per_key "
-                  "now: claims skip them until a job of the key settles; queues without a "
-                  "per-key limit are left out.");
-    for (uint64 r = 0; r < keyed; ++r)
-        sample(&out, "jobcap_jobs_held_by_key", held[r].queue, nullptr, nullptr,
-               (double) held[r].jobs);
+    for (const Held& h : kHeld) {
+        help_and_type(&out, h.name, "gauge", h.help);
+        for (uint64 r = 0; r < rows; ++r)
+            if (stats[r].*h.field >= 0)
+                sample(&out, h.name, stats[r].queue, nullptr, nullptr,
+                       (double) (stats[r].*h.field));
+    }
     help_and_type(&out, "jobcap_oldest_pending_age_seconds", "gauge",
                   "Age of the oldest due pending job (since its run_at); 0 when none is due.");
     for (uint64 r = 0; r < rows; ++r)

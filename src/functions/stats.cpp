@@ -43,8 +43,8 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
     spi_close(access);
     for (uint64 r = 0; r < rows; ++r) {
         const QueueStats& s = stats[r];
-        Datum v[21];
-        bool nulls[21] = {};
+        Datum v[24];
+        bool nulls[24] = {};
         v[0] = CStringGetTextDatum(s.queue);
         v[1] = Int64GetDatum(s.pending);
         v[2] = Int64GetDatum(s.scheduled);
@@ -75,6 +75,13 @@ JOBCAP_FUNCTION(queue_stats_between, Duty::operator_)
         // compat(0.2.0): waiting is a column of the 0.3.0 declaration only; the 0.2.0
         // declaration's result takes the first 20.
         v[20] = Int64GetDatum(s.waiting);
+        // Also of the 0.3.0 declaration only: the due jobs each limit holds back, NULL for a
+        // limit the queue does not have.
+        int64 held[] = {s.held_by_max_running, s.held_by_rate, s.held_by_key};
+        for (int c = 0; c < 3; ++c) {
+            v[21 + c] = Int64GetDatum(held[c]);
+            nulls[21 + c] = held[c] < 0;
+        }
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     }
     return (Datum) 0;

@@ -15,6 +15,7 @@
 //    writes a shared row.
 #include "housekeeping/stats.hpp"
 
+#include "housekeeping/rates.hpp"
 #include "spi/citus.hpp"
 
 #include "jobcap.hpp"
@@ -55,10 +56,12 @@ namespace statements {
 
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
 // The queue's controls follow: CONTROLS, two expressions; then WAITING, the jobs waiting for
-// others (0.3.0: from the index jobs_waiting). An attempt past its run-time limit (timed_out)
-// is lost like an expired lease.
+// others (0.3.0: from the index jobs_waiting); then FLOW, six expressions: the rate limit, its
+// period and its window (queue_rates' slot_us, newest, counts, the row that JOINS joins as rt),
+// and the due jobs held back by max_running_per_key (HELD_BY_KEY). An attempt past its run-time
+// limit (timed_out) is lost like an expired lease.
 #define LOST_KINDS "('lease_expired', 'claim_rolled_back', 'crashed', 'timed_out')"
-#define QUEUE_STATS(CONTROLS, WAITING)                                                             \
+#define QUEUE_STATS(CONTROLS, WAITING, FLOW, JOINS)                                                \
     "WITH pend AS (SELECT j.queue, count(*) FILTER (WHERE j.run_at <= $3) AS due,"                 \
     "     count(*) FILTER (WHERE j.run_at > $3) AS scheduled,"                                     \
     "     min(j.run_at) FILTER (WHERE j.run_at <= $3) AS oldest"                                   \
@@ -88,27 +91,40 @@ namespace statements {
     "   coalesce(f.attempts, 0), coalesce(f.jobs, 0), coalesce(f.lost, 0), coalesce(f.crashed, "   \
     "0),"                                                                                          \
     "   coalesce(d.new, 0), l.bins, l.jobs, extract(epoch FROM $3 - p.oldest)::float8,"            \
-    "   (SELECT s.counted_until FROM jobcap.stats_progress s), " CONTROLS ", " WAITING             \
+    "   (SELECT s.counted_until FROM jobcap.stats_progress s), " CONTROLS ", " WAITING ", " FLOW   \
     "  FROM jobcap.queues q"                                                                       \
     "  LEFT JOIN pend p ON p.queue = q.queue LEFT JOIN run r ON r.queue = q.queue"                 \
     "  LEFT JOIN dead d ON d.queue = q.queue LEFT JOIN fail f ON f.queue = q.queue"                \
-    "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue"                 \
+    "  LEFT JOIN done c ON c.queue = q.queue LEFT JOIN lat l ON l.queue = q.queue" JOINS           \
     " ORDER BY q.queue"
 
-JOBCAP_STATEMENT(queue_stats,
-                 QUEUE_STATS("q.paused, q.max_running",
-                             "(SELECT count(*) FROM jobcap.jobs w"
-                             "   WHERE w.state = 'waiting' AND w.queue = q.queue)"),
-                 {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+// A queue's due jobs whose concurrency key is at its max_running_per_key now (claims skip them
+// until one of the key's running jobs settles); NULL without a per-key limit.
+#define HELD_BY_KEY                                                                                \
+    "CASE WHEN q.max_running_per_key IS NOT NULL THEN (SELECT count(*) FROM jobcap.jobs j"         \
+    "   WHERE j.queue = q.queue AND j.state = 'pending' AND j.run_at <= $3"                        \
+    "     AND j.concurrency_key IN (SELECT k.concurrency_key FROM jobcap.jobs k"                   \
+    "       WHERE k.queue = q.queue AND k.state = 'running' AND k.concurrency_key IS NOT NULL"     \
+    "       GROUP BY 1 HAVING count(*) >= q.max_running_per_key)) END"
+#define NO_FLOW "NULL::int4, NULL::interval, NULL::int8, NULL::int8, NULL::int4[], NULL::int8"
+
+JOBCAP_STATEMENT(
+    queue_stats,
+    QUEUE_STATS("q.paused, q.max_running",
+                "(SELECT count(*) FROM jobcap.jobs w"
+                "   WHERE w.state = 'waiting' AND w.queue = q.queue)",
+                "q.rate_limit, q.rate_period, rt.slot_us, rt.newest, rt.counts, " HELD_BY_KEY,
+                " LEFT JOIN jobcap.queue_rates rt ON rt.queue = q.queue"),
+    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // compat(0.2.0): the same on the 0.2.0 schema (no waiting jobs).
-JOBCAP_STATEMENT(queue_stats_0_2, QUEUE_STATS("q.paused, q.max_running", "0::bigint"),
+JOBCAP_STATEMENT(queue_stats_0_2, QUEUE_STATS("q.paused, q.max_running", "0::bigint", NO_FLOW, ""),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // compat(0.1.0): the same on the 0.1.0 schema (no controls yet), between installing this
 // library and ALTER EXTENSION jobcap UPDATE: the reaper's report and the 0.1.0 queue_stats run
 // it.
-JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4", "0::bigint"),
+JOBCAP_STATEMENT(queue_stats_0_1, QUEUE_STATS("false, NULL::int4", "0::bigint", NO_FLOW, ""),
                  {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // Counts the jobs that finished in ($1, upto], where upto is $2 (the settled horizon) or, when
@@ -206,6 +222,31 @@ TimestampTz settled_horizon(TimestampTz now, TimestampTz since)
     return horizon;
 }
 
+namespace {
+
+// Row r's due jobs held back by each limit of the queue (-1: it has no such limit): what a
+// claim now could not take, counting the queue's pause nowhere (paused says that).
+void held_back(uint64 r, TimestampTz now, QueueStats& s)
+{
+    s.held_by_max_running =
+        s.max_running == 0 ? -1 : Max(0, s.pending - Max(0, s.max_running - s.running));
+    bool unrated = false, no_row = false, unkeyed = false;
+    Datum limit = result_column(r, 20, &unrated);
+    s.held_by_rate = -1;
+    if (!unrated) {
+        int64 slot_us = core::rate_slot_us(rate_period_usec(result_column(r, 21)));
+        Datum row_slot_us = result_column(r, 22, &no_row);
+        bool moved = false;
+        core::RateWindow window = rate_window(no_row, row_slot_us, result_column(r, 23),
+                                              result_column(r, 24), slot_us, now, &moved);
+        s.held_by_rate = Max(0, s.pending - core::rate_room(window, DatumGetInt32(limit)));
+    }
+    Datum held = result_column(r, 25, &unkeyed);
+    s.held_by_key = unkeyed ? -1 : DatumGetInt64(held);
+}
+
+}  // namespace
+
 uint64 collect_stats(StatsWindow& w, QueueStats** out)
 {
     Params p;
@@ -261,6 +302,7 @@ uint64 collect_stats(StatsWindow& w, QueueStats** out)
         Datum cap = result_column(r, 18, &uncapped);
         s.max_running = uncapped ? 0 : DatumGetInt32(cap);
         s.waiting = DatumGetInt64(result_column(r, 19));
+        held_back(r, w.now, s);
     }
     if (rows == 0) {
         // No queue: the watermark still tells whether counting runs.

@@ -37,6 +37,10 @@ struct QueueStats {
     bool paused;        // now: pause_queue
     int32 max_running;  // now: the queue's limit, 0 for none
     int64 waiting;      // now: jobs waiting for the jobs they depend on
+    // now: due jobs a claim could not take because of each limit; -1: the queue has none
+    int64 held_by_max_running;  // beyond max_running minus the running jobs
+    int64 held_by_rate;         // beyond what the rate limit's window admits now
+    int64 held_by_key;          // whose concurrency key is at max_running_per_key
 };
 
 struct StatsWindow {
