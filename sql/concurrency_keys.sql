@@ -125,6 +125,26 @@ SELECT line FROM regexp_split_to_table(jobcap.metrics(), E'\n') AS line
  WHERE line LIKE 'jobcap_jobs_held_by_key%' OR line LIKE '# TYPE jobcap_jobs_held_by_key%';
 SELECT queue, pending, held_by_key FROM jobcap.queue_stats WHERE queue IN ('rk', 'rr') ORDER BY 1;
 
+-- A fifo claim ranks a prefix of the due jobs in claim order (4 x batch + 64 of them) and ranks
+-- them all only when that prefix has too few that fit: here 100 jobs of key a, whose limit of 1
+-- is taken, come first, and the jobs of b and c after them are still found, in claim order.
+SELECT jobcap.create_queue('deep', max_running_per_key => 1);
+SELECT jobcap.enqueue_jobs('deep', array_fill('{}'::jsonb, ARRAY[101]),
+                           concurrency_keys => array_fill('a'::text, ARRAY[101])) IS NOT NULL;
+SELECT jobcap.enqueue_jobs('deep', array_fill('{}'::jsonb, ARRAY[3]),
+                           concurrency_keys => ARRAY['b', 'b', 'c']) IS NOT NULL;
+SELECT j.concurrency_key AS first FROM jobcap.claim_job('deep', 'w') c JOIN jobcap.jobs j USING (job_id);
+SELECT j.concurrency_key AS key, j.job_id - (SELECT min(job_id) FROM jobcap.jobs WHERE queue = 'deep') AS nth
+  FROM jobcap.claim_job('deep', 'w', 5) c JOIN jobcap.jobs j USING (job_id) ORDER BY 2;
+SELECT count(*) AS claimed FROM jobcap.claim_job('deep', 'w', 5);
+-- With those done, key a is free again: its next job, and b's second (smaller backlogs, as in
+-- the tests above, are ranked whole from the prefix).
+SELECT count(*) AS finished FROM jobcap.jobs j, jobcap.complete_job(j.job_id, j.fence) c
+ WHERE j.queue = 'deep' AND j.state = 'running';
+SELECT string_agg(j.concurrency_key, ' ' ORDER BY j.job_id) AS keys
+  FROM jobcap.claim_job('deep', 'w', 3) c JOIN jobcap.jobs j USING (job_id);
+SELECT jobcap.drop_queue('deep', force => true);
+
 -- Bad input: clear errors, nothing created or changed.
 SELECT jobcap.create_queue('bad', max_running_per_key => -1);
 \echo :LAST_ERROR_SQLSTATE

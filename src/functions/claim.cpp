@@ -128,25 +128,46 @@ JOBCAP_STATEMENT(claim_job_capped_0_2,
 // run_at, id); it fits when rn plus its key's running jobs is within the limit (jobs without a
 // key always), so a batch never takes a key past it. fifo takes the fitting jobs by priority,
 // run_at and id; round-robin by rn first (a turn per key), then the keys in order after the last
-// claim's key (no key is a key of its own, first), and writes the turn it ended on. The ranking
-// reads every due job of the queue: the price of exactness, paid by keyed queues only.
+// claim's key (no key is a key of its own, first), and writes the turn it ended on.
+// fifo first ranks only a prefix of the due jobs in claim order (KEYED_PREFIX rows, through the
+// claim index): a job's rank within its key in a prefix of the claim order is its rank among all
+// due jobs, so the prefix's first $5 fitting jobs are the queue's; only when the prefix holds
+// fewer than $5 fitting jobs and is not the whole backlog does the claim rank every due job (a
+// few keys at their limit ahead of the others). Round-robin always ranks every due job (a key's
+// first job may be the last in claim order): the price of exactness without a per-key index.
+#define KEYED_PREFIX "($5 * 4 + 64)"
+#define KEYED_DUE(KEY, GATE, CAP_BY, START_BY)                                                     \
+    "    FROM jobcap.jobs j"                                                                       \
+    "   WHERE " KEY "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY             \
+    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY               \
+                                            "     AND j.job_id <> ALL ($7)"
+#define KEYED_FITS(RANKED)                                                                         \
+    "SELECT r.* FROM " RANKED                                                                      \
+    " r"                                                                                           \
+    "   LEFT JOIN unnest($9::text[], $10::int4[]) AS u(k, n) ON u.k = r.k"                         \
+    "   WHERE r.k IS NULL OR $8::int4 IS NULL OR r.rn + coalesce(u.n, 0) <= $8"
 #define KEYED_ORDER                                                                                \
     " CASE WHEN $11 THEN f.rn ELSE 0 END, CASE WHEN $11 THEN NOT coalesce((f.k IS NOT NULL,"       \
     "   coalesce(f.k, '')) > (NOT $12, coalesce($13, '')), true) ELSE false END,"                  \
     " CASE WHEN $11 THEN f.k IS NOT NULL ELSE false END,"                                          \
     " CASE WHEN $11 THEN coalesce(f.k, '') ELSE '' END, f.priority, f.run_at, f.job_id"
 #define CLAIM_KEYED(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
-    "WITH ranked AS MATERIALIZED ("                                                                \
+    "WITH prefix AS MATERIALIZED ("                                                                \
+    "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at"                              \
+    KEYED_DUE(KEY, GATE, CAP_BY, START_BY) " AND NOT $11"                                          \
+    "   ORDER BY j.priority, j.run_at, j.job_id LIMIT " KEYED_PREFIX "),"                          \
+    " prefix_ranked AS (SELECT p.*, row_number() OVER (PARTITION BY p.k"                           \
+    "      ORDER BY p.priority, p.run_at, p.job_id) AS rn FROM prefix p),"                         \
+    " prefix_fits AS MATERIALIZED (" KEYED_FITS("prefix_ranked") "),"                              \
+    " enough AS MATERIALIZED (SELECT NOT $11 AND ((SELECT count(*) FROM prefix_fits) >= $5"        \
+    "   OR (SELECT count(*) FROM prefix) < " KEYED_PREFIX ") AS yes),"                             \
+    " ranked AS MATERIALIZED ("                                                                    \
     "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at,"                             \
     "    row_number() OVER (PARTITION BY j.concurrency_key"                                        \
     "      ORDER BY j.priority, j.run_at, j.job_id) AS rn"                                         \
-    "    FROM jobcap.jobs j"                                                                       \
-    "   WHERE " KEY "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY             \
-    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY               \
-    "     AND j.job_id <> ALL ($7)),"                                                              \
-    " fits AS (SELECT r.* FROM ranked r"                                                           \
-    "   LEFT JOIN unnest($9::text[], $10::int4[]) AS u(k, n) ON u.k = r.k"                         \
-    "   WHERE r.k IS NULL OR $8::int4 IS NULL OR r.rn + coalesce(u.n, 0) <= $8),"                  \
+    KEYED_DUE(KEY, GATE, CAP_BY, START_BY) " AND NOT (SELECT e.yes FROM enough e)),"               \
+    " fits AS (SELECT * FROM prefix_fits WHERE (SELECT e.yes FROM enough e)"                       \
+    "   UNION ALL " KEYED_FITS("ranked") "),"                                                      \
     " picked AS MATERIALIZED (SELECT f.job_id, f.k,"                                               \
     "     row_number() OVER (ORDER BY" KEYED_ORDER ") AS ord"                                 \
     "   FROM fits f ORDER BY" KEYED_ORDER " LIMIT $5),"                                       \
