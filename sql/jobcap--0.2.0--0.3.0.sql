@@ -288,10 +288,13 @@ COMMENT ON TABLE jobcap.job_errors IS
 -- completion write fail the test at the first element.
 CREATE INDEX jobs_waiting ON jobcap.jobs (queue)
     WHERE state OPERATOR(pg_catalog.<>) ALL ('{pending,running,succeeded,dead,cancelled}');
--- Jobs with a start_by never claimed yet, pending or waiting: the background worker cancels them
--- once it passes. A job without a deadline fails the first test, and a claim takes a job out.
+-- Jobs with a start_by, pending or waiting: the background worker cancels those never claimed
+-- once it passes (first_claimed_at, read from the row: a claimed job that waits for a retry is
+-- in the index too). A job without a deadline fails the first test. first_claimed_at stays out
+-- of the predicate: as an indexed column, every update's HOT check read it, a late column after
+-- NULLs, from both rows, about 1,700 instructions per claimed and completed job.
 CREATE INDEX jobs_start_by ON jobcap.jobs (start_by)
-    WHERE start_by IS NOT NULL AND first_claimed_at IS NULL
+    WHERE start_by IS NOT NULL
       AND state OPERATOR(pg_catalog.<>) ALL ('{running,succeeded,dead,cancelled}');
 
 -- Dedupe windows (enqueue_job's dedupe_window): a key's succeeded and cancelled jobs, the latest

@@ -108,8 +108,9 @@ JOBCAP_STATEMENT(
         "$2") " SELECT job_id, queue, state, fence FROM ended ORDER BY job_id",
     {INT4OID, TIMESTAMPTZOID}, PlanKind::steered);
 
-// Jobs never claimed whose start_by has passed, pending or waiting (the predicate of the index
-// jobs_start_by, which the scan walks): cancelled, reason "expired". $1 = max_jobs, $2 = now.
+// Jobs never claimed whose start_by has passed, pending or waiting (the scan walks the index
+// jobs_start_by, whose predicate leaves first_claimed_at to the row): cancelled, reason
+// "expired". $1 = max_jobs, $2 = now.
 JOBCAP_STATEMENT(
     expire_unclaimed,
     "WITH expired AS MATERIALIZED ("
