@@ -226,12 +226,14 @@ class HA:
                      "--hostname", "127.0.0.1", "--name", n.name, "--auth", "trust", "--no-ssl",
                      "--monitor", self.monitor_uri(), "--pgctl", os.path.join(n.bindir, "pg_ctl"),
                      "--run"])
+            # Generous: on a loaded 2-core machine the secondary's pg_basebackup and catch-up
+            # took over 120 s once (a CI run beside benchmarks); a hang still ends the run.
             if i == 0:
-                self.wait("node1 single", lambda: self.state_of(n1).startswith("single/"), 90)
+                self.wait("node1 single", lambda: self.state_of(n1).startswith("single/"), 180)
             else:
                 self.wait("node1 primary and node2 secondary",
                           lambda: self.state_of(n1) == "primary/primary"
-                          and self.state_of(n) == "secondary/secondary", 120)
+                          and self.state_of(n) == "secondary/secondary", 300)
 
     def primary(self):
         with psycopg.connect(self.conninfo(), autocommit=True) as c:
