@@ -238,22 +238,25 @@ JOBCAP_STATEMENT(enqueue_job,
                   OIDOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID},
                  PlanKind::generic);
 
+// The job_id of key KEY's latest succeeded or cancelled job in queue QUEUE (the highest id: one
+// entry of jobs_dedupe_done) when it was enqueued at or after SINCE; no row otherwise.
+#define LATEST_FINISHED_SINCE(QUEUE, KEY, SINCE)                                                   \
+    "SELECT l.job_id FROM (SELECT j.job_id, j.enqueued_at FROM jobcap.jobs j"                      \
+    "   WHERE j.queue = " QUEUE " AND j.dedupe_key = " KEY                                         \
+    "     AND j.state IN ('succeeded', 'cancelled') ORDER BY j.job_id DESC LIMIT 1) l"             \
+    " WHERE l.enqueued_at >= " SINCE
+
 // enqueue_job's statement when a dedupe window ($12, or NULL) or replace ($13) is asked for;
-// the key ($6) is never NULL here. recent: the key's latest succeeded or cancelled job (the
-// highest id: one index entry of jobs_dedupe_done), when it was enqueued within the window; it
+// the key ($6) is never NULL here. recent: the key's latest finished job within the window; it
 // stands for the key as a live holder does, so nothing is inserted, but a live holder comes
-// first. upd (replace): the pending job holding the
-// key takes the payload and run_at; a claim that locked it first leaves it running, and then it
-// is returned unchanged as a running holder is. The retry loop covers what a snapshot misses,
-// as for enqueue_job.
+// first. upd (replace): the pending job holding the key takes the payload and run_at; a claim
+// that locked it first leaves it running, and then it is returned unchanged as a running holder
+// is. The retry loop covers what a snapshot misses, as for enqueue_job.
 JOBCAP_STATEMENT(
     enqueue_job_dedupe,
     "WITH q AS (SELECT queue, notify FROM jobcap.queues"
     "           WHERE queue = $1 AND " JOBCAP_MAY_WORK("$8", "$1") "),"
-    " recent AS (SELECT l.job_id FROM (SELECT j.job_id, j.enqueued_at FROM jobcap.jobs j"
-    "             WHERE $12 IS NOT NULL AND j.queue = $1 AND j.dedupe_key = $6"
-    "               AND j.state IN ('succeeded', 'cancelled') ORDER BY j.job_id DESC LIMIT 1) l"
-    "           WHERE l.enqueued_at >= $7 - $12),"
+    " recent AS (" LATEST_FINISHED_SINCE("$1", "$6", "$7 - $12") "),"
     " upd AS (UPDATE jobcap.jobs j SET payload = $2, run_at = $3 FROM q"
     "           WHERE $13 AND j.queue = q.queue AND j.dedupe_key = $6 AND j.state = 'pending'"
     "           RETURNING j.job_id),"
@@ -285,10 +288,7 @@ JOBCAP_STATEMENT(
 // READ, SERIALIZABLE): a serialization failure.
 JOBCAP_STATEMENT(
     recheck_dedupe_window,
-    "WITH r AS (SELECT l.job_id FROM (SELECT j.job_id, j.enqueued_at FROM jobcap.jobs j"
-    "             WHERE j.queue = $1 AND j.dedupe_key = $2"
-    "               AND j.state IN ('succeeded', 'cancelled') ORDER BY j.job_id DESC LIMIT 1) l"
-    "           WHERE l.enqueued_at >= $5 - $3),"
+    "WITH r AS (" LATEST_FINISHED_SINCE("$1", "$2", "$5 - $3") "),"
     " del AS (DELETE FROM jobcap.jobs j WHERE j.job_id = $4 AND EXISTS (SELECT FROM r))"
     " SELECT (SELECT job_id FROM r),"
     "   EXISTS (SELECT FROM jobcap.jobs j WHERE j.queue = $1 AND j.dedupe_key = $2"
