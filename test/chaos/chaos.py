@@ -52,7 +52,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 KINDS = ("normal", "poison", "killer", "hanger", "flaky", "child")
 
 SCHEMA = """
-CREATE EXTENSION jobcap;
+CREATE EXTENSION IF NOT EXISTS jobcap;
 -- What the harness enqueued, written in the enqueueing transaction: idx is the job's place in
 -- the plan (children name their parents by it), parents the ids its depends_on named.
 CREATE TABLE chaos_jobs (job_id bigint PRIMARY KEY, kind text NOT NULL, cap int NOT NULL,
@@ -129,6 +129,82 @@ class Cluster:
                 self._pg("pg_ctl", "-D", self.data, "-m", "fast", "-w", "-t", "60", "stop")
             except RuntimeError:
                 self._pg("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+            self.running = False
+
+
+class CitusCluster(Cluster):
+    """--citus: a coordinator and two worker nodes (shared_preload_libraries = 'citus,jobcap',
+    Citus built by test/citus/build into the private install named by JOBCAP_PG_BINDIR), each
+    listening on localhost (Citus's nodes reach each other by TCP) and on a Unix socket in the
+    run's directory. The workers connect to the coordinator; restart_immediate() restarts the
+    worker node that holds the chaos queue's shard, where its jobs are."""
+
+    PORTS = (55491, 55492, 55493)
+
+    def __init__(self, bindir: str, workdir: str):
+        super().__init__(bindir, workdir)
+        self.nodes = [os.path.join(workdir, f"n{i}") for i in range(3)]
+        self.data = self.nodes[0]
+        self.logs = [os.path.join(workdir, f"n{i}.log") for i in range(3)]
+        self.logfile = self.logs[0]
+        port = self.PORTS[0]
+        self.conninfo = f"host={workdir} port={port} user=postgres dbname=postgres"
+        self.connection = dict(self.connection, port=port)
+        self.shard_node = None  # the index of the node that holds the chaos queue's shard
+
+    def node_conninfo(self, i: int) -> str:
+        return f"host={self.dir} port={self.PORTS[i]} user=postgres dbname=postgres"
+
+    def init(self, settings: dict) -> None:
+        for i, data in enumerate(self.nodes):
+            self._pg("initdb", "-D", data, "-U", "postgres", "-A", "trust", "--no-sync",
+                     "-E", "UTF8", "--locale=C")
+            conf = {"listen_addresses": "'localhost'", "unix_socket_directories": f"'{self.dir}'",
+                    "port": str(self.PORTS[i]), "shared_preload_libraries": "'citus,jobcap'",
+                    "max_connections": "200", "shared_buffers": "32MB", "fsync": "off",
+                    "jobcap.reap_interval": "'200ms'", "log_min_messages": "warning",
+                    "log_line_prefix": "'%m [%p] '"}
+            conf.update(settings)
+            with open(os.path.join(data, "postgresql.conf"), "a") as f:
+                f.writelines(f"{k} = {v}\n" for k, v in conf.items())
+
+    def start(self) -> None:
+        for data, logfile in zip(self.nodes, self.logs):
+            self._pg("pg_ctl", "-D", data, "-l", logfile, "-w", "-t", "60", "start")
+        self.running = True
+        for i in range(3):
+            with psycopg.connect(self.node_conninfo(i), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION citus")
+                conn.execute("CREATE EXTENSION jobcap")
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute("SELECT citus_set_coordinator_host('localhost', %s)", (self.PORTS[0],))
+            for port in self.PORTS[1:]:
+                conn.execute("SELECT citus_add_node('localhost', %s)", (port,))
+
+    def distribute(self, conn) -> None:
+        """jobcap.distribute(), then which node holds the chaos queue's shard."""
+        conn.execute("SELECT jobcap.distribute(shard_count => 8)")
+        port = conn.execute(
+            "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)"
+            " WHERE p.shardid = get_shard_id_for_distribution_column('jobcap.jobs', 'chaos')"
+        ).fetchone()[0]
+        self.shard_node = self.PORTS.index(port)
+
+    def restart_immediate(self) -> None:
+        i = self.shard_node
+        self._pg("pg_ctl", "-D", self.nodes[i], "-l", self.logs[i], "-m", "immediate", "-w",
+                 "-t", "60", "restart")
+
+    def restart_fast(self) -> None:
+        raise RuntimeError("a Citus run sets its settings in postgresql.conf; nothing restarts")
+
+    def stop(self) -> None:
+        if self.running:
+            for data in self.nodes:
+                try:
+                    self._pg("pg_ctl", "-D", data, "-m", "fast", "-w", "-t", "60", "stop")
+                except RuntimeError:
+                    self._pg("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
             self.running = False
 
 
@@ -362,6 +438,25 @@ SELECT jobcap.enqueue_job('chaos', p.payload, max_attempts => p.cap, depends_on 
 """
 
 
+# On Citus a call of enqueue_job reaches the queue's shard only as a statement of its own with
+# constant arguments (Citus delegates it there): one statement per job, in the batch's
+# transaction, each job recorded after it.
+def enqueue_each(conn, batch: list) -> None:
+    for job in batch:
+        parents = None
+        if job.get("parent_idx"):
+            parents = conn.execute("SELECT array_agg(job_id ORDER BY job_id) FROM chaos_jobs"
+                                   " WHERE idx = ANY(%s)", (job["parent_idx"],)).fetchone()[0]
+        outputs = bool(job.get("parent_outputs"))
+        job_id = conn.execute(
+            "SELECT jobcap.enqueue_job('chaos', %s, max_attempts => %s, depends_on => %s,"
+            " parent_outputs => %s)", (Jsonb(job["payload"]), job["cap"], parents, outputs)
+        ).fetchone()[0]
+        conn.execute("INSERT INTO chaos_jobs (job_id, kind, cap, idx, parents, outputs)"
+                     " VALUES (%s, %s, %s, %s, %s, %s)",
+                     (job_id, job["kind"], job["cap"], job["idx"], parents, outputs))
+
+
 # --- the audit ----------------------------------------------------------------------------------
 
 AUDIT = """
@@ -412,8 +507,19 @@ SELECT
 """
 
 
-def audit(db: Db) -> dict:
-    cur = db.get().execute(AUDIT)
+def audit(db: Db, citus: bool = False) -> dict:
+    query = AUDIT
+    if citus:
+        # Citus cannot plan the audit's correlated subqueries over a distributed table: the
+        # chaos queue's jobs (one shard) and the queues are copied to the coordinator first.
+        conn = db.get()
+        conn.execute("DROP TABLE IF EXISTS pg_temp.audit_jobs, pg_temp.audit_queues")
+        conn.execute("CREATE TEMP TABLE audit_jobs AS SELECT * FROM jobcap.jobs"
+                     " WHERE queue = 'chaos'")
+        conn.execute("CREATE TEMP TABLE audit_queues AS SELECT * FROM jobcap.queues")
+        query = AUDIT.replace("jobcap.jobs", "audit_jobs").replace("jobcap.queues",
+                                                                     "audit_queues")
+    cur = db.get().execute(query)
     row = cur.fetchone()
     return dict(zip([d.name for d in cur.description], row))
 
@@ -492,11 +598,25 @@ def detect_reaper(cluster: Cluster, db: Db, wanted: str) -> str:
     return mode
 
 
+def detect_citus_reaper(cluster: CitusCluster) -> str:
+    """On Citus the background worker of the node holding the shard reaps (set to 200 ms in
+    postgresql.conf); the run fails if none serves that node's database."""
+    end = time.monotonic() + 15
+    with psycopg.connect(cluster.node_conninfo(cluster.shard_node), autocommit=True) as conn:
+        while not conn.execute("SELECT count(*) FROM pg_stat_activity"
+                               " WHERE backend_type LIKE 'jobcap%'"
+                               " AND datname = current_database()").fetchone()[0]:
+            if time.monotonic() > end:
+                raise SystemExit("no jobcap background process runs on the node of the shard")
+            time.sleep(0.2)
+    return "worker"
+
+
 def run(args) -> int:
     rng = random.Random(args.seed)
     random.seed(args.seed)
     workdir = tempfile.mkdtemp(prefix="jobcap-chaos-")
-    cluster = Cluster(args.bindir, workdir)
+    cluster = (CitusCluster if args.citus else Cluster)(args.bindir, workdir)
     worker_log = open(os.path.join(workdir, "workers.log"), "w")
     fleet = None
     reaper = None
@@ -510,7 +630,11 @@ def run(args) -> int:
         db.get().execute("SELECT jobcap.create_queue('chaos', max_attempts => 20,"
                          " lease => %s, backoff_base => '100 ms', backoff_max => '1 s',"
                          " notify => true)", (f"{args.lease} s",))
-        mode = detect_reaper(cluster, db, args.reaper)
+        if args.citus:
+            cluster.distribute(db.get())
+            mode = detect_citus_reaper(cluster)
+        else:
+            mode = detect_reaper(cluster, db, args.reaper)
         if mode == "loop":
             reaper = ReaperLoop(cluster.conninfo, 0.2)
             reaper.start()
@@ -549,7 +673,10 @@ def run(args) -> int:
                 while next_batch < len(batches) and now >= t0 + E * next_batch / len(batches):
                     batch = batches[next_batch]
                     with db.get().transaction():
-                        db.get().execute(ENQUEUE, (Jsonb(enqueue_rows(batch)),))
+                        if args.citus:
+                            enqueue_each(db.get(), batch)
+                        else:
+                            db.get().execute(ENQUEUE, (Jsonb(enqueue_rows(batch)),))
                     enqueued += len(batch)
                     next_batch += 1
             except psycopg.OperationalError:
@@ -589,7 +716,9 @@ def run(args) -> int:
                     thaws.remove((when, slot))
             if restart_at is not None and now >= restart_at:
                 restart_at = None
-                progress.event(f"[{now - t0:6.1f}s] restarting the server (pg_ctl -m immediate)")
+                progress.event(f"[{now - t0:6.1f}s] restarting "
+                               f"{'the worker node holding the shard' if args.citus else 'the server'}"
+                               " (pg_ctl -m immediate)")
                 cluster.restart_immediate()
                 restarts += 1
                 db.close()
@@ -625,7 +754,7 @@ def run(args) -> int:
         if reaper is not None:
             reaper.done.set()
             reaper.join()
-        result = audit(db)
+        result = audit(db, args.citus)
         result["frozen_stale"] = db.get().execute(
             "SELECT count(*) FROM events WHERE event LIKE 'stale:%%' AND worker = ANY(%s)",
             (frozen,)).fetchone()[0]
@@ -689,7 +818,8 @@ def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall)
     kinds = info["kinds"]
     total = sum(kinds.values())
     log("")
-    log(f"jobcap chaos audit: {total} jobs ({', '.join(f'{kinds.get(k, 0)} {k}' for k in KINDS)}),"
+    log(f"jobcap chaos audit{' (Citus: a coordinator and two worker nodes)' if args.citus else ''}:"
+        f" {total} jobs ({', '.join(f'{kinds.get(k, 0)} {k}' for k in KINDS)}),"
         f" {args.py_workers} Python + {args.node_workers} Node workers, {elapsed:.1f}s of chaos"
         f" ({wall:.1f}s wall)")
     width = max(len(label) for label, *_ in rows)
@@ -699,8 +829,10 @@ def report(args, r, info, fleet, froze, restarts, mode, elapsed, finished, wall)
     events = info["events"]
     stale = {k.split(":", 1)[1]: v for k, v in events.items() if k.startswith("stale:")}
     log(f"  exercised: SIGKILL {fleet.harness_kills} by the harness and {fleet.self_kills} by "
-        f"killer jobs; SIGSTOP {froze} x {args.lease + 2:g}s; server restarts (immediate) "
-        f"{restarts}; reaper: {'background worker' if mode == 'worker' else 'harness loop'}")
+        f"killer jobs; SIGSTOP {froze} x {args.lease + 2:g}s; "
+        f"{'restarts of the worker node holding the shard' if args.citus else 'server restarts'}"
+        f" (immediate) {restarts}; reaper: "
+        f"{'background worker' if mode == 'worker' else 'harness loop'}")
     log(f"  stale fences rejected, by call: "
         f"{', '.join(f'{k} {v}' for k, v in sorted(stale.items())) or 'none'}; hangers reaped "
         f"{events.get('hanger_reaped', 0)}, not reaped in time {events.get('hanger_not_reaped', 0)}")
@@ -733,6 +865,10 @@ def main() -> int:
                         "default: a missing worker fails the run), or a loop in the harness "
                         "calling jobcap.reap_jobs(); auto: the worker when this build has it")
     p.add_argument("--no-server-restart", dest="server_restart", action="store_false")
+    p.add_argument("--citus", action="store_true",
+                   help="on a Citus cluster (a coordinator and two worker nodes; needs Citus in "
+                        "the install, test/citus/build): the workers connect to the coordinator, "
+                        "the server restarted is the worker node holding the queue's shard")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
     p.add_argument("--quiet-progress", action="store_true",

@@ -128,15 +128,15 @@ async function enqueue(db, queue, payload = {}, { runAt = null, priority = 0, ma
 async function complete(db, jobId, fence, output = null) {
   const { rows } = output == null
     ? await call(db, 'complete_job',
-      'SELECT jobcap.complete_job($1, $2)::text AS state', [jobId, fence], jobId, fence)
-    : await call(db, 'complete_job', 'SELECT jobcap.complete_job($1, $2, $3)::text AS state',
+      'SELECT jobcap.complete_job($1, $2) AS state', [jobId, fence], jobId, fence)
+    : await call(db, 'complete_job', 'SELECT jobcap.complete_job($1, $2, $3) AS state',
       [jobId, fence, JSON.stringify(output)], jobId, fence);
   return rows[0].state;
 }
 
 async function fail(db, jobId, fence, error, retryIn = null) {
   const { rows } = await call(db, 'fail_job',
-    'SELECT jobcap.fail_job($1, $2, $3, $4)::text AS state',
+    'SELECT jobcap.fail_job($1, $2, $3, $4) AS state',
     [jobId, fence, error, interval(retryIn)], jobId, fence);
   return rows[0].state;
 }
@@ -158,14 +158,14 @@ async function assertFence(db, jobId, fence) {
  * ran would let it run past its cap. */
 async function release(db, jobId, fence) {
   const { rows } = await call(db, 'release_job',
-    'SELECT jobcap.release_job($1, $2)::text AS state', [jobId, fence], jobId, fence);
+    'SELECT jobcap.release_job($1, $2) AS state', [jobId, fence], jobId, fence);
   return rows[0].state;
 }
 
 /** Ends an attempt whose handler's process died (history kind 'crashed'; it counts). */
 async function crash(db, jobId, fence, error) {
   const { rows } = await call(db, 'crash_job',
-    'SELECT jobcap.crash_job($1, $2, $3)::text AS state', [jobId, fence, error], jobId, fence);
+    'SELECT jobcap.crash_job($1, $2, $3) AS state', [jobId, fence, error], jobId, fence);
   return rows[0].state;
 }
 

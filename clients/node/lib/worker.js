@@ -70,11 +70,13 @@ const POLL_CANCELLED = 'SELECT j.job_id::text AS job_id FROM pg_catalog.unnest($
 
 /** A claimed job, as the handler sees it. `client` has the job's transaction open: write
  * through it and the writes commit with complete_job or not at all (do not COMMIT yourself).
- * `fence` is the lease generation: hand it downstream as an idempotency key. */
+ * `fence` is the lease generation: hand it downstream as an idempotency key. It is a string of
+ * decimal digits, as node-postgres gives a bigint: a fence can pass 2^53 (on a Citus cluster
+ * every fence does), where a Number would round it to another job's fence. */
 class Job {
   constructor(worker, row, grantedAt) {
     this.id = Number(row.job_id);
-    this.fence = Number(row.fence);
+    this.fence = String(row.fence);
     this.attempt = row.attempt;
     this.maxAttempts = row.max_attempts;
     this.payload = row.payload;
@@ -173,7 +175,7 @@ class Worker extends EventEmitter {
     // read to find the cancelled ones.
     this.cancelPoll = cancelPoll;
     this._listening = false;
-    this._cancelPollOk = true;  // false once job_result is missing (a database at 0.2.0)
+    this._cancelPollOk = true;  // false once job_result is missing (0.2.0) or refused (Citus)
     this._polling = false;
 
     this._control = null;
@@ -364,7 +366,10 @@ class Worker extends EventEmitter {
       this.logger.warn(`worker ${this.name}: unreadable ${CANCEL_CHANNEL} payload ${payload}`);
       return;
     }
-    this._onCancel(Number(message.job_id), Number(message.fence), String(message.reason || 'cancelled'));
+    // The fence as written in the payload: JSON.parse has rounded a fence beyond 2^53.
+    const fence = /"fence"\s*:\s*(-?\d+)/.exec(payload);
+    this._onCancel(Number(message.job_id), fence ? fence[1] : String(message.fence),
+      String(message.reason || 'cancelled'));
   }
 
   /** Without LISTEN: reads the states of the running jobs and stops the cancelled ones (also
@@ -380,7 +385,9 @@ class Worker extends EventEmitter {
       const fences = new Map(running.map((job) => [job.id, job.fence]));
       for (const { job_id: id } of rows) this._onCancel(Number(id), fences.get(Number(id)), 'cancelled');
     } catch (err) {
-      if (err && err.code === '42883') this._cancelPollOk = false;
+      // 42883: a database at 0.2.0; 0A000: a distributed install (Citus), where job_result is
+      // refused. Either way polling cannot work; the handler learns at its next fenced call.
+      if (err && (err.code === '42883' || err.code === '0A000')) this._cancelPollOk = false;
     } finally {
       this._polling = false;
     }
@@ -561,8 +568,8 @@ class Worker extends EventEmitter {
       const { job, output } = entries[i];
       try {
         const { rows } = output == null
-          ? await control.query('SELECT jobcap.complete_job($1, $2)::text AS state', [job.id, job.fence])
-          : await control.query('SELECT jobcap.complete_job($1, $2, $3::jsonb)::text AS state',
+          ? await control.query('SELECT jobcap.complete_job($1, $2) AS state', [job.id, job.fence])
+          : await control.query('SELECT jobcap.complete_job($1, $2, $3::jsonb) AS state',
             [job.id, job.fence, output]);
         this._settled(job, rows[0].state, null);
       } catch (err) {

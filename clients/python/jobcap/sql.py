@@ -137,9 +137,9 @@ def complete(conn: psycopg.Connection, job_id: int, fence: int, output: Any = No
     bounded by jobcap.max_output_bytes."""
     with translate("complete_job", job_id, fence):
         if output is None:
-            return conn.execute("SELECT jobcap.complete_job(%s, %s)::text",
+            return conn.execute("SELECT jobcap.complete_job(%s, %s)",
                                 (job_id, fence)).fetchone()[0]
-        return conn.execute("SELECT jobcap.complete_job(%s, %s, %s)::text",
+        return conn.execute("SELECT jobcap.complete_job(%s, %s, %s)",
                             (job_id, fence, Jsonb(output))).fetchone()[0]
 
 
@@ -165,7 +165,7 @@ def job_result(conn: psycopg.Connection, job_id: int) -> JobResult:
 def fail(conn: psycopg.Connection, job_id: int, fence: int, error: str,
          retry_in: Optional[Seconds] = None) -> str:
     with translate("fail_job", job_id, fence):
-        return conn.execute("SELECT jobcap.fail_job(%s, %s, %s, %s)::text",
+        return conn.execute("SELECT jobcap.fail_job(%s, %s, %s, %s)",
                             (job_id, fence, error, interval(retry_in))).fetchone()[0]
 
 
@@ -188,14 +188,14 @@ def release(conn: psycopg.Connection, job_id: int, fence: int) -> str:
     job that ran would let it run past its cap.
     """
     with translate("release_job", job_id, fence):
-        return conn.execute("SELECT jobcap.release_job(%s, %s)::text",
+        return conn.execute("SELECT jobcap.release_job(%s, %s)",
                             (job_id, fence)).fetchone()[0]
 
 
 def crash(conn: psycopg.Connection, job_id: int, fence: int, error: str) -> str:
     """Ends an attempt whose handler's process died (history kind 'crashed'; it counts)."""
     with translate("crash_job", job_id, fence):
-        return conn.execute("SELECT jobcap.crash_job(%s, %s, %s)::text",
+        return conn.execute("SELECT jobcap.crash_job(%s, %s, %s)",
                             (job_id, fence, error)).fetchone()[0]
 
 

@@ -70,8 +70,8 @@ COMPLETE_AND_CLAIM_OUTPUT = (f"SELECT {COLUMNS} FROM jobcap.complete_and_claim(%
                              " %s, %s, %s::jsonb)")
 COMPLETE_JOBS = "SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[])"
 COMPLETE_JOBS_OUTPUT = "SELECT jobcap.complete_jobs(%s::bigint[], %s::bigint[], %s::jsonb[])"
-COMPLETE_OUTPUT = "SELECT jobcap.complete_job(%s, %s, %s::jsonb)::text"
-COMPLETE = "SELECT jobcap.complete_job(%s, %s)::text"
+COMPLETE_OUTPUT = "SELECT jobcap.complete_job(%s, %s, %s::jsonb)"
+COMPLETE = "SELECT jobcap.complete_job(%s, %s)"
 MAX_BATCH = 10000  # complete_jobs takes at most this many jobs per call
 
 HANG_EXIT_STATUS = 70
@@ -1454,7 +1454,7 @@ class Worker:
             if self._conn is None:
                 self._connect()
             with translate("crash_job", job.id, job.fence):
-                state = self._conn.execute("SELECT jobcap.crash_job(%s, %s, %s)::text",
+                state = self._conn.execute("SELECT jobcap.crash_job(%s, %s, %s)",
                                            (job.id, job.fence, text)).fetchone()[0]
             self._conn.commit()
         except StaleFence as stale:

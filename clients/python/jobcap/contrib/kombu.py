@@ -287,7 +287,7 @@ def _complete(acks: list) -> None:
                     raise
         for held in helds:
             try:
-                _settle(conninfo, "SELECT jobcap.complete_job(%s, %s)::text",
+                _settle(conninfo, "SELECT jobcap.complete_job(%s, %s)",
                         (held.job_id, held.fence))
             except psycopg.Error as error:
                 if not _is_stale(error):
@@ -608,7 +608,7 @@ class Channel(virtual.Channel):
         if run_at is not None:
             retry_in = max((run_at - dt.datetime.now(dt.timezone.utc)).total_seconds(), 0.0)
         reason = f"retry requested by the task (celery retries={headers.get('retries')})"
-        state = _settle(self._conninfo, "SELECT jobcap.fail_job(%s, %s, %s, %s)::text",
+        state = _settle(self._conninfo, "SELECT jobcap.fail_job(%s, %s, %s, %s)",
                         (job_id, fence, reason, dt.timedelta(seconds=retry_in)))[0]
         log.info("job %s: retry counted as a failure, now %s", job_id, state)
 
@@ -675,7 +675,7 @@ class Channel(virtual.Channel):
             return True
         reason = "refused by the jobcap transport: " + wrong
         log.error("job %s: %s", row[0], reason)
-        _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+        _settle(self._conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)",
                 (row[0], row[1], reason))
         return False
 
@@ -717,7 +717,7 @@ class Channel(virtual.Channel):
         if held is None:
             return
         try:
-            _settle(held.conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)::text",
+            _settle(held.conninfo, "SELECT jobcap.give_up_job(%s, %s, %s)",
                     (held.job_id, held.fence, reason))
         except psycopg.Error as error:
             if not _is_stale(error):
@@ -731,7 +731,7 @@ class Channel(virtual.Channel):
         if held is None:
             return
         try:
-            _settle(held.conninfo, "SELECT jobcap.release_job(%s, %s)::text",
+            _settle(held.conninfo, "SELECT jobcap.release_job(%s, %s)",
                     (held.job_id, held.fence))
             log.info("job %s: never started here, given back (not counted)", held.job_id)
         except psycopg.Error as error:
@@ -1379,7 +1379,7 @@ def _on_task_failure(sender=None, exception=None, task_id=None, **kwargs):
                 log.warning("job %s: could not record its time limit: %s",
                             request.jobcap_job_id, error)
         return
-    query = "SELECT jobcap.give_up_job(%s, %s, %s)::text"
+    query = "SELECT jobcap.give_up_job(%s, %s, %s)"
     reason = f"{type(exception).__name__}: {exception}"
     try:
         _settle(conninfo, query, (*fence_of(request), reason))
@@ -1393,9 +1393,9 @@ def _time_out(conninfo: str, before_0_3: str, params: tuple) -> str:
     """Ends an attempt stopped by a Celery time limit: time_out_job (history timed_out), or on a
     database still at jobcap 0.2.0, which has no time_out_job, the function named."""
     try:
-        return _settle(conninfo, "SELECT jobcap.time_out_job(%s, %s, %s)::text", params)[0]
+        return _settle(conninfo, "SELECT jobcap.time_out_job(%s, %s, %s)", params)[0]
     except psycopg.errors.UndefinedFunction:
-        return _settle(conninfo, f"SELECT jobcap.{before_0_3}(%s, %s, %s)::text", params)[0]
+        return _settle(conninfo, f"SELECT jobcap.{before_0_3}(%s, %s, %s)", params)[0]
 
 
 def _seconds(limit) -> str:
