@@ -16,7 +16,11 @@ What each broker call does in jobcap:
   transaction (``transaction.atomic``): the task exists if and only if the caller's writes
   commit. A task whose package has ``jobcap_concurrency_key`` (set by a receiver of Django-Q's
   ``pre_enqueue`` signal, which may edit the task before it is signed) gets that concurrency
-  key (jobcap 0.3.0: the queue's max_running_per_key and fairness apply to it).
+  key (jobcap 0.3.0: the queue's max_running_per_key and fairness apply to it). Likewise
+  ``jobcap_dedupe_key`` (instead of the task's id), ``jobcap_dedupe_window`` (seconds) and
+  ``jobcap_dedupe`` (``"keep"`` or ``"replace"``) become enqueue_job's dedupe options. A task
+  that dedupe returns an existing job for enqueues nothing (its own id never runs), and a task
+  with its own dedupe key cannot be found again by "Resubmit", which then enqueues it anew.
 * ``dequeue``: ``claim_job`` of up to ``bulk`` jobs on the broker's own autocommit connection
   (a claim must commit before work starts; it refuses to run inside a savepoint), with
   ``retry`` seconds as the lease. The ack id carries the job, its fence and when it was
@@ -67,6 +71,7 @@ from django_q.conf import Conf
 
 from .. import pooling
 from ..errors import STALE_FENCE
+from . import message_options
 
 log = logging.getLogger("jobcap.django_q")
 
@@ -84,7 +89,6 @@ _PROBED = set()
 
 QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
 # The task's field naming its concurrency key (see enqueue above).
-CONCURRENCY_KEY = "jobcap_concurrency_key"
 # Whether the role may create queues (create_queue is an operator's function): asked first, so
 # that a worker role's process does not leave a permission error in the server's log.
 MAY_MANAGE_QUEUES = (
@@ -275,18 +279,13 @@ class Broker(BaseBroker):
     def enqueue(self, task: str):
         self._ensure_queue()
         fields = _task_fields(task)
-        key = fields.get(CONCURRENCY_KEY)
-        if key is not None and not isinstance(key, str):
-            raise ValueError(f"jobcap: the task's {CONCURRENCY_KEY} must be a string, "
-                             f"not {type(key).__name__}")
+        named = dict(message_options(fields, "task's"))
+        # The task's id is its job's dedupe key unless the task names one of its own.
+        named.setdefault("dedupe_key", dedupe_key_of(str(fields.get("id", ""))))
         with connections[self.alias].cursor() as cursor:   # the caller's transaction
-            args = (self.list_key, json.dumps({"package": task}),
-                    dedupe_key_of(str(fields.get("id", ""))))
-            if key is None:  # the call a 0.2.0 database knows
-                cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s)", args)
-            else:
-                cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb, dedupe_key => %s,"
-                               " concurrency_key => %s)", args + (key,))
+            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb"
+                           + "".join(f", {name} => %s" for name in named) + ")",
+                           (self.list_key, json.dumps({"package": task}), *named.values()))
             return cursor.fetchone()[0]
 
     def dequeue(self) -> Optional[List[Tuple[str, str]]]:

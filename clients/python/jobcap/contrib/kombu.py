@@ -16,7 +16,10 @@ does in jobcap:
   jobcap's (lower is claimed first) negated; Celery's ``eta``/``countdown`` become ``run_at``,
   so a delayed task is not held unacked by a worker until its time. A
   ``jobcap_concurrency_key`` header (``apply_async(..., headers={"jobcap_concurrency_key":
-  "tenant-42"})``) is the job's concurrency key.
+  "tenant-42"})``) is the job's concurrency key; ``jobcap_dedupe_key``, ``jobcap_dedupe_window``
+  (seconds) and ``jobcap_dedupe`` (``"keep"`` or ``"replace"``) are enqueue_job's dedupe_key,
+  dedupe_window and dedupe. A publish that dedupe returns an existing job for enqueues nothing:
+  its task id gets no result (the existing job's task runs, or ran, under its own id).
 * get (``_get``): ``claim_job``, committed before the message is handed over, with the
   visibility timeout as the lease. The claim counts the attempt (a SIGKILL cannot lose it) and
   refuses a job at its cap. A payload that is not a kombu message (for a Celery worker: not a
@@ -87,6 +90,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps as kombu_dumps, loads as kombu_loads
 
 from .. import pooling
+from . import message_options
 from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.kombu")
@@ -95,7 +99,6 @@ log = logging.getLogger("jobcap.kombu")
 JOB_HEADERS = ("jobcap_job_id", "jobcap_fence", "jobcap_attempt", "jobcap_max_attempts")
 # A published message's header naming the job's concurrency key (jobcap 0.3.0: the queue's
 # max_running_per_key and fairness apply to it): apply_async(..., headers={...}).
-CONCURRENCY_KEY_HEADER = "jobcap_concurrency_key"
 
 #: The channel on which the server tells the worker holding a job that its attempt ended while
 #: it ran (cancel_job, max_run_time); payload {"job_id": n, "fence": f, "reason": r}.
@@ -573,19 +576,12 @@ class Channel(virtual.Channel):
         payload = kombu_loads(kombu_dumps(message))
         for key in JOB_HEADERS:
             (payload.get("headers") or {}).pop(key, None)
-        key = headers.get(CONCURRENCY_KEY_HEADER)
-        if key is not None and not isinstance(key, str):
-            raise ValueError(f"jobcap: the {CONCURRENCY_KEY_HEADER} header must be a string, "
-                             f"not {type(key).__name__}")
+        named = message_options(headers, "header")
         self._new_queue(queue)
         try:
-            if key is None:  # the call a 0.2.0 database knows
-                self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s)",
-                              (queue, Jsonb(payload), run_at, priority))
-            else:
-                self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s,"
-                              " concurrency_key => %s)", (queue, Jsonb(payload), run_at,
-                                                          priority, key))
+            self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s"
+                          + "".join(f", {name} => %s" for name, _ in named) + ")",
+                          (queue, Jsonb(payload), run_at, priority, *(v for _, v in named)))
         except psycopg.errors.InsufficientPrivilege as error:
             role = self._execute("SELECT current_user").fetchone()[0]
             raise AccessDenied(_access_advice(queue, role, error)) from error

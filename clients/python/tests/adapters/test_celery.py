@@ -139,6 +139,17 @@ class CeleryWorkerTest(unittest.TestCase):
         self.assertEqual(sql("SELECT concurrency_key FROM jobcap.jobs WHERE job_id = %s",
                              (job_id,))[0][0], "tenant-42")
 
+    def test_dedupe_window_headers(self):
+        headers = {"jobcap_dedupe_key": "report-1", "jobcap_dedupe_window": 600}
+        job_id = self.settled(celery_app.ok.apply_async(("once",), headers=headers))
+        self.assertEqual(state(job_id)[0], "succeeded")
+        # Within the window the key returns the succeeded job: nothing new to run.
+        celery_app.ok.apply_async(("twice",), headers=headers)
+        self.assertEqual(sql("SELECT job_id FROM jobcap.jobs WHERE dedupe_key = 'report-1'"),
+                         [(job_id,)])
+        self.assertEqual(sql("SELECT what FROM effects WHERE what IN ('once', 'twice')"),
+                         [("once",)])
+
     def test_success(self):
         job_id = self.settled(celery_app.ok.delay("hello"))
         self.assertEqual(state(job_id), ("succeeded", 1, 3))

@@ -155,6 +155,21 @@ class DjangoQClusterTest(unittest.TestCase):
                              (job_id,))[0][0], "tenant-7")
         self.wait_state(job_id, ("succeeded",), 30)
 
+    def test_5_dedupe_options_set_by_pre_enqueue(self):
+        django("from django_q.signals import pre_enqueue\n"
+               "def debounced(sender, task, **kw):\n"
+               "    task['jobcap_dedupe_key'] = 'reindex'\n"
+               "    task['jobcap_dedupe'] = 'replace'\n"
+               "pre_enqueue.connect(debounced)\n"
+               "from django.db import transaction\n"
+               "from django_q.tasks import async_task\n"
+               "with transaction.atomic():\n"
+               "    for n in (1, 2, 3):\n"
+               "        async_task('djq_tasks.ok', n)\n")
+        rows = sql("SELECT job_id FROM jobcap.jobs WHERE dedupe_key = 'reindex'")
+        self.assertEqual(len(rows), 1, "three tasks with one key: one job")
+        self.wait_state(rows[0][0], ("succeeded",), 30)
+
     def test_4_enqueue_joins_the_callers_transaction(self):
         before = sql("SELECT count(*) FROM jobcap.jobs")[0][0]
         django("from django.db import transaction\n"

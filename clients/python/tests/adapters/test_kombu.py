@@ -181,6 +181,40 @@ class KombuTest(unittest.TestCase):
             self.queue.put({"k": 3}, headers={"jobcap_concurrency_key": 42})
         self.assertEqual(self.queue.qsize(), 0)
 
+    def test_dedupe_headers(self):
+        keep = {"jobcap_dedupe_key": "order-7", "jobcap_dedupe_window": 60}
+        self.queue.put({"n": 1}, headers=keep)
+        self.queue.put({"n": 2}, headers=keep)   # the key's pending job holds it: nothing new
+        self.assertEqual(self.queue.qsize(), 1)
+        m = self.queue.get(timeout=5)
+        self.assertEqual(m.payload, {"n": 1})
+        m.ack()
+        # Succeeded within the window: the key still returns that job, nothing is enqueued.
+        self.queue.put({"n": 3}, headers=keep)
+        self.assertEqual(self.queue.qsize(), 0)
+        self.assertEqual(sql("SELECT count(*), min(state::text) FROM jobcap.jobs"
+                             " WHERE queue = %s AND dedupe_key = 'order-7'",
+                             (self.queue_name,)), [(1, "succeeded")])
+        # Debounce: replace gives the pending job the newest payload.
+        replace = {"jobcap_dedupe_key": "search-index", "jobcap_dedupe": "replace"}
+        for n in (1, 2, 3):
+            self.queue.put({"v": n}, headers=replace)
+        self.assertEqual(self.queue.qsize(), 1)
+        m = self.queue.get(timeout=5)
+        self.assertEqual(m.payload, {"v": 3})
+        m.ack()
+        # Refused before anything is enqueued: a window that is not a number of seconds, a key
+        # that is not a string; and by the server (22023) a mode it does not know.
+        for bad in ({"jobcap_dedupe_key": "k", "jobcap_dedupe_window": "1 hour"},
+                    {"jobcap_dedupe_key": 7},
+                    {"jobcap_dedupe_key": "k", "jobcap_dedupe_window": True}):
+            with self.assertRaises(ValueError):
+                self.queue.put({"bad": 1}, headers=bad)
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):
+            self.queue.put({"bad": 2}, headers={"jobcap_dedupe_key": "k", "jobcap_dedupe": "merge"})
+        self.assertEqual(sql("SELECT count(*) FROM jobcap.jobs WHERE queue = %s"
+                             " AND state = 'pending'", (self.queue_name,)), [(0,)])
+
     def test_eta_header_is_run_at(self):
         eta = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
         self.queue.put({"later": 1}, headers={"eta": eta.isoformat()})

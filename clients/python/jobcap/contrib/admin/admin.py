@@ -85,8 +85,9 @@ def retry_failed(modeladmin, request, queryset):
                     async_task(task.func, *task.args or (), hook=task.hook, **task.kwargs or {})
                     task.delete()
                     messages.warning(request, f"{task.name}: its job is no longer kept "
-                                              "(past its retention): enqueued as a new job, "
-                                              "with a new budget of attempts.")
+                                              "(past its retention, or enqueued under a "
+                                              "jobcap_dedupe_key of its own): enqueued as a "
+                                              "new job, with a new budget of attempts.")
                     continue
                 job = found[0]
                 if job["state"] != "dead":
