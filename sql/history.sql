@@ -43,5 +43,26 @@ DROP ROLE jobcap_history_probe;
 
 RESET jobcap.error_history;
 RESET jobcap.max_error_bytes;
+
+-- count_rolled_back_claim: the background worker's count of a claim that rolled back, called on
+-- a Citus cluster where the job's shard is (docs/scaling.md); the ring of rolled-back claims
+-- calls it once per claim. It counts only while the job is as the claim left it: pending, below
+-- its cap, with a fence lower than the claim's. Nobody is granted it.
+SET jobcap.error_history = 100;
+SELECT jobcap.create_queue('hist_rb', max_attempts => 3);
+SELECT jobcap.enqueue_job('hist_rb', '{}') AS rb \gset
+SELECT jobcap.count_rolled_back_claim(:rb, 5, 'w-rb') AS counted;
+SELECT state, attempts, worker FROM jobcap.jobs WHERE job_id = :rb;
+SELECT attempt, kind, worker, error FROM jobcap.job_errors WHERE job_id = :rb;
+-- Claimed since (running, a higher fence): the job has moved on, nothing counted.
+SELECT fence AS rb_fence FROM jobcap.claim_job('hist_rb', 'w2') \gset
+SELECT jobcap.count_rolled_back_claim(:rb, 5, 'w-rb') AS counted_while_running;
+SELECT jobcap.release_job(:rb, :rb_fence);
+SELECT jobcap.count_rolled_back_claim(:rb, 5, 'w-rb') AS counted_below_a_later_fence;
+SELECT state, attempts FROM jobcap.jobs WHERE job_id = :rb;
+SELECT has_function_privilege(r, 'jobcap.count_rolled_back_claim(bigint, bigint, text)', 'EXECUTE')
+  FROM unnest(ARRAY['jobcap_worker', 'jobcap_operator', 'public']) r;
+SELECT jobcap.drop_queue('hist_rb', force => true);
+RESET jobcap.error_history;
 DROP FUNCTION fail_once(bigint, text);
 SELECT jobcap.drop_queue('hist', force => true);

@@ -207,7 +207,7 @@ BEGIN
                        ('fail_job', 'fence'), ('heartbeat', 'fence'), ('assert_fence', 'fence'),
                        ('release_job', 'fence'), ('crash_job', 'fence'),
                        ('give_up_job', 'fence'), ('snooze_job', 'fence'),
-                       ('time_out_job', 'fence')) r(name, arg)
+                       ('time_out_job', 'fence'), ('count_rolled_back_claim', 'fence')) r(name, arg)
           JOIN pg_catalog.pg_proc p ON p.proname OPERATOR(pg_catalog.=) r.name
                                    AND p.pronamespace OPERATOR(pg_catalog.=) 'jobcap'::pg_catalog.regnamespace
     LOOP
@@ -325,6 +325,18 @@ SET search_path = pg_catalog, jobcap, pg_temp
 AS 'MODULE_PATHNAME', 'jobcap_time_out_job';
 COMMENT ON FUNCTION jobcap.time_out_job(bigint, bigint, text) IS
     'fail_job for a handler stopped by the worker''s own time limit (history kind timed_out, as max_run_time): retried after backoff, or dead at the cap; a stale fence raises JC001.';
+
+-- The background worker's count of a rolled-back claim, on the node that holds the job: on a
+-- Citus cluster a node whose shard moved away after the rollback calls it, delegated by the
+-- fence (docs/scaling.md). Granted to nobody.
+CREATE FUNCTION jobcap.count_rolled_back_claim(job_id bigint, fence bigint, worker text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, jobcap, pg_temp
+AS 'MODULE_PATHNAME', 'jobcap_count_rolled_back_claim';
+COMMENT ON FUNCTION jobcap.count_rolled_back_claim(bigint, bigint, text) IS
+    'For the background worker: counts a rolled-back claim of a job still pending below its cap with a lower fence; true when counted.';
+REVOKE ALL ON FUNCTION jobcap.count_rolled_back_claim(bigint, bigint, text) FROM PUBLIC;
 
 CREATE FUNCTION jobcap.job_tree(job_id bigint)
 RETURNS TABLE (job_id bigint, queue text, state jobcap.job_state, depth integer,

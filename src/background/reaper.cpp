@@ -27,7 +27,9 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "executor/spi.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 }
 
@@ -287,13 +289,35 @@ void give_back_taken(int, Datum)
     taken.count = taken.next = 0;
 }
 
+// A rolled-back claim whose shard moved to another node after the rollback (a shard move waits
+// for the claim's transaction, and this count for the move): counted there, by a call of
+// jobcap.count_rolled_back_claim that Citus delegates to the node holding the fence's shard. A
+// statement of its own with constant arguments, as Citus's delegation needs.
+bool count_elsewhere(const RolledBackClaim& claim)
+{
+    char* sql = psprintf("SELECT jobcap.count_rolled_back_claim(%lld, %lld, %s)",
+                         static_cast<long long>(claim.job_id), static_cast<long long>(claim.fence),
+                         quote_literal_cstr(claim.worker));
+    int rc = SPI_execute(sql, false, 1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "jobcap: counting a rolled-back claim on its shard's node failed: %s",
+             SPI_result_code_string(rc));
+    bool null = false;
+    Datum counted = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &null);
+    return !null && DatumGetBool(counted);
+}
+
 uint64 rolled_back_step(int32)
 {
     const RolledBackClaim& claim = taken.items[taken.next];
     bool dead = false;
-    // On a Citus node, in the shard of its fence, unless that shard has moved away.
-    bool here = !citus::loaded() || !citus::distributed() || citus::route_fence_local(claim.fence);
-    bool counted = here && count_rolled_back(claim, &dead);
+    bool counted;
+    if (!citus::loaded() || !citus::distributed())
+        counted = count_rolled_back(claim, &dead);
+    else if (citus::route_fence_local(claim.fence))  // in the shard of its fence, on this node
+        counted = count_rolled_back(claim, &dead);
+    else
+        counted = count_elsewhere(claim);
     citus::unroute();
     if (!counted) {
         // compat(0.1.0): a database at 0.1.0 does not count them.

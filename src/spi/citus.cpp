@@ -213,13 +213,21 @@ struct Rule {
     int arg;
 };
 constexpr Rule kRules[] = {
-    {"claim_job", By::queue, 0},    {"complete_and_claim", By::queue, 2},
-    {"enqueue_job", By::queue, 0},  {"enqueue_jobs", By::queue, 0},
-    {"queue_depth", By::queue, 0},  {"complete_job", By::fence, 1},
-    {"fail_job", By::fence, 1},     {"heartbeat", By::fence, 1},
-    {"assert_fence", By::fence, 1}, {"release_job", By::fence, 1},
-    {"crash_job", By::fence, 1},    {"give_up_job", By::fence, 1},
-    {"snooze_job", By::fence, 1},   {"time_out_job", By::fence, 1},
+    {"claim_job", By::queue, 0},
+    {"complete_and_claim", By::queue, 2},
+    {"enqueue_job", By::queue, 0},
+    {"enqueue_jobs", By::queue, 0},
+    {"queue_depth", By::queue, 0},
+    {"complete_job", By::fence, 1},
+    {"fail_job", By::fence, 1},
+    {"heartbeat", By::fence, 1},
+    {"assert_fence", By::fence, 1},
+    {"release_job", By::fence, 1},
+    {"crash_job", By::fence, 1},
+    {"give_up_job", By::fence, 1},
+    {"snooze_job", By::fence, 1},
+    {"time_out_job", By::fence, 1},
+    {"count_rolled_back_claim", By::fence, 1},
 };
 
 // Functions whose statements span shards in ways Citus cannot plan (a job named by its id alone,

@@ -239,6 +239,33 @@ read -r id fence < <(q $c "SELECT job_id, fence FROM jobcap.claim_job('q5', 'w',
 expect "shard move: the new node's background worker reaps q5's expired lease" "pending" \
     "$(wait_reaped q5 30 "$id")"
 
+# A claim that rolls back while its shard moves away: the claim (on the node holding q7's
+# shard) holds the job while citus_move_shard_placement starts, and rolls back; the old node's
+# background worker counts the rolled-back attempt after the move, on the node that holds the
+# job now (jobcap.count_rolled_back_claim, which Citus delegates by the fence). Without that the
+# attempt went uncounted, one more than the cap allows.
+read -r shard7 port7 < <(shard_of q7 | tr '|' ' ')
+to7=${ports[1]}
+[ "$port7" = "$to7" ] && to7=${ports[2]}
+q $c "SELECT jobcap.enqueue_job('q7', '{}')" >/dev/null
+{ echo "BEGIN;"; echo "SELECT job_id FROM jobcap.claim_job('q7', 'rolled-back');"; sleep 4
+  echo "ROLLBACK;"; } | psql -X -q -A -t -p "$port7" >"$dir/rollback7.out" 2>&1 &
+held=$!
+sleep 1.5
+q $c "SELECT citus_move_shard_placement(${shard7##*_}, 'localhost', $port7, 'localhost', $to7, shard_transfer_mode => 'block_writes')" >/dev/null
+wait $held
+id7=$(head -1 "$dir/rollback7.out")
+expect "rolled back in a move: the claim held a job of q7" "1" \
+    "$(q $c "SELECT count(*) FROM jobcap.jobs WHERE queue = 'q7' AND job_id = ${id7:-0}")"
+expect "rolled back in a move: q7's shard moved" "$to7" "$(shard_of q7 | cut -d'|' -f2)"
+counted=
+for _ in $(seq 1 30); do
+    counted=$(q $c "SELECT attempts || ' ' || (SELECT count(*) FROM jobcap.job_errors e WHERE e.queue = 'q7' AND e.job_id = $id7 AND e.kind = 'claim_rolled_back') FROM jobcap.jobs WHERE queue = 'q7' AND job_id = $id7")
+    [ "$counted" = "1 1" ] && break
+    sleep 1
+done
+expect "rolled back in a move: the attempt counted on the new node (attempts, history rows)" "1 1" "$counted"
+
 # A worker node restarted with -m immediate while it holds a job claimed with a short lease:
 # after the restart its background worker reaps the job.
 read -r shard6 port6 < <(shard_of q6 | tr '|' ' ')
