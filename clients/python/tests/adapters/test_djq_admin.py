@@ -239,8 +239,9 @@ class ResubmitTest(unittest.TestCase):
         before = jobs_of(queue) or []
         messages = django_json(ADMIN_CLIENT + f"print(json.dumps(post_action(['{task_id}'])))")
         self.assertEqual(messages, ["gone-task: its job is no longer kept (past its "
-                                    "retention): enqueued as a new job, with a new budget "
-                                    "of attempts."])
+                                    "retention, or enqueued under a jobcap_dedupe_key of its "
+                                    "own): enqueued as a new job, with a new budget of "
+                                    "attempts."])
         self.assertEqual(len(jobs_of(queue)), len(before) + 1)
 
 
