@@ -14,7 +14,9 @@ export type Outcome = 'succeeded' | 'retry' | 'dead' | 'stale' | 'released' | 'c
 
 /** A claimed job, as the handler sees it. */
 export interface Job<P = any> {
-  readonly id: number;
+  /** Decimal digits (a bigint, as node-postgres gives one): an id can pass 2^53 on a Citus
+   * cluster, beyond a Number. */
+  readonly id: string;
   /** The lease generation: hand [id, fence] downstream as an idempotency key. Decimal digits
    * (a bigint, as node-postgres gives one): a fence can pass 2^53, beyond a Number. */
   readonly fence: string;
@@ -97,10 +99,10 @@ export declare class Worker<P = any> extends EventEmitter {
 export declare const STALE_FENCE: 'JC001';
 export declare class JobcapError extends Error {}
 export declare class StaleFenceError extends JobcapError {
-  constructor(message: string, options?: { jobId?: number; fence?: string | number; operation?: string;
+  constructor(message: string, options?: { jobId?: string | number; fence?: string | number; operation?: string;
     detail?: string; cause?: unknown });
   readonly code: 'JC001';
-  readonly jobId?: number;
+  readonly jobId?: string | number;
   readonly fence?: string | number;
   readonly operation?: string;
   readonly detail?: string;
@@ -123,7 +125,7 @@ export declare class HandlerError extends JobcapError {
   readonly errorName?: string;
 }
 export declare function isStale(err: unknown): boolean;
-export declare function translate(err: unknown, operation?: string, jobId?: number, fence?: string | number): unknown;
+export declare function translate(err: unknown, operation?: string, jobId?: string | number, fence?: string | number): unknown;
 export declare function isConnectionError(err: unknown): boolean;
 
 export declare function interval(ms: number | null | undefined): string | null;
@@ -143,7 +145,7 @@ export declare function alterQueue(db: Queryable, queue: string, settings?: {
 /** Changes a queue's cap on jobs running at once; null removes it. */
 export declare function setMaxRunning(db: Queryable, queue: string, maxRunning: number | null): Promise<void>;
 /** Cancels a job that has not finished; false when it had finished already. */
-export declare function cancelJob(db: Queryable, jobId: number): Promise<boolean>;
+export declare function cancelJob(db: Queryable, jobId: string | number): Promise<boolean>;
 export declare function pauseQueue(db: Queryable, queue: string): Promise<boolean>;
 export declare function resumeQueue(db: Queryable, queue: string): Promise<boolean>;
 /** Creates or replaces a periodic job (five-field cron, UTC); resolves to its next slot. */
@@ -156,8 +158,8 @@ export declare function enqueue(db: Queryable, queue: string, payload?: unknown,
   /** ms: dedupeKey also finds the key's succeeded or cancelled job enqueued within it. */
   dedupeWindow?: number | null;
   /** 'replace': a pending job holding dedupeKey takes this payload and runAt. */
-  dedupe?: 'keep' | 'replace' }): Promise<number>;
-export declare function complete(db: Queryable, jobId: number, fence: string | number,
+  dedupe?: 'keep' | 'replace' }): Promise<string>;
+export declare function complete(db: Queryable, jobId: string | number, fence: string | number,
   output?: unknown): Promise<JobState>;
 /** What jobResult resolves to. */
 export interface JobResult {
@@ -165,9 +167,9 @@ export interface JobResult {
   finishedAt: Date | null;
 }
 /** Reads a job of a queue the role may work (jobcap.job_result), for the side that enqueued it. */
-export declare function jobResult(db: Queryable, jobId: number): Promise<JobResult>;
+export declare function jobResult(db: Queryable, jobId: string | number): Promise<JobResult>;
 /** Completes several jobs, each under its own fence, all or nothing (a stale fence throws). */
-export declare function completeJobs(db: Queryable, jobIds: number[], fences: (string | number)[],
+export declare function completeJobs(db: Queryable, jobIds: (string | number)[], fences: (string | number)[],
   outputs?: unknown[] | null): Promise<number>;
 /** A claimed row, as claim_job and complete_and_claim return it. */
 export interface ClaimedRow {
@@ -175,18 +177,18 @@ export interface ClaimedRow {
   lease_expires_at: Date;
 }
 /** Completes a job and claims up to batch more in one statement. */
-export declare function completeAndClaim(db: Queryable, jobId: number, fence: string | number,
+export declare function completeAndClaim(db: Queryable, jobId: string | number, fence: string | number,
   queue: string, worker: string, options?: { batch?: number; lease?: number | null;
   output?: unknown }): Promise<ClaimedRow[]>;
-export declare function fail(db: Queryable, jobId: number, fence: string | number, error: string,
+export declare function fail(db: Queryable, jobId: string | number, fence: string | number, error: string,
   retryIn?: number | null): Promise<JobState>;
-export declare function heartbeat(db: Queryable, jobId: number, fence: string | number,
+export declare function heartbeat(db: Queryable, jobId: string | number, fence: string | number,
   extend?: number | null): Promise<Date>;
-export declare function assertFence(db: Queryable, jobId: number, fence: string | number): Promise<void>;
+export declare function assertFence(db: Queryable, jobId: string | number, fence: string | number): Promise<void>;
 /** Gives back a job whose handler never started (only then: see README). */
-export declare function release(db: Queryable, jobId: number, fence: string | number): Promise<JobState>;
+export declare function release(db: Queryable, jobId: string | number, fence: string | number): Promise<JobState>;
 /** Ends an attempt whose handler's process died, as a crash. */
-export declare function crash(db: Queryable, jobId: number, fence: string | number, error: string): Promise<JobState>;
+export declare function crash(db: Queryable, jobId: string | number, fence: string | number, error: string): Promise<JobState>;
 
 /** A pg Client that takes several hosts as libpq does (host 'a,b', port '5432,5433', and
  * target_session_attrs 'any' or 'read-write'), picking the host at each connect. */

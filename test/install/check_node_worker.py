@@ -169,7 +169,8 @@ class NodePackageTest(unittest.TestCase):
                                      str(len(isolated) + 1), str(len(inprocess))], app,
                                     timeout=120).strip().splitlines()[-1])
 
-            outcomes = {o["id"]: o for o in report["isolated"]}
+            # job.id is a string of digits in Node (an id can pass 2^53 on a Citus cluster)
+            outcomes = {int(o["id"]): o for o in report["isolated"]}
             self.assertEqual(outcomes[killer]["outcome"], "dead")
             self.assertEqual(outcomes[killer]["error"], "HandlerCrashedError")
             history = conn.execute("SELECT kind, error FROM jobcap.job_errors WHERE job_id = %s",
@@ -191,7 +192,7 @@ class NodePackageTest(unittest.TestCase):
             self.assertNotIn(report["pid"], pids, "handlers ran in child processes")
             self.assertLessEqual(len(pids), 3, "two children and a replacement, reused")
 
-            self.assertEqual(sorted(o["id"] for o in report["inProcess"]
+            self.assertEqual(sorted(int(o["id"]) for o in report["inProcess"]
                                     if o["outcome"] == "succeeded"), inprocess)
             outputs = [conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
                                     (i,)).fetchone()[0] for i in inprocess]

@@ -120,7 +120,7 @@ async function enqueue(db, queue, payload = {}, { runAt = null, priority = 0, ma
     }
   }
   const { rows } = await db.query(`${sql}) AS id`, args);
-  return Number(rows[0].id);
+  return String(rows[0].id);  // digits, as a bigint comes: an id can pass 2^53 (on Citus)
 }
 
 /** Completes a job under its fence; output (anything JSON, null for none) is kept in

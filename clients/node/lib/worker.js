@@ -70,12 +70,13 @@ const POLL_CANCELLED = 'SELECT j.job_id::text AS job_id FROM pg_catalog.unnest($
 
 /** A claimed job, as the handler sees it. `client` has the job's transaction open: write
  * through it and the writes commit with complete_job or not at all (do not COMMIT yourself).
- * `fence` is the lease generation: hand it downstream as an idempotency key. It is a string of
- * decimal digits, as node-postgres gives a bigint: a fence can pass 2^53 (on a Citus cluster
- * every fence does), where a Number would round it to another job's fence. */
+ * `fence` is the lease generation: hand it downstream as an idempotency key. `id` and `fence`
+ * are strings of decimal digits, as node-postgres gives a bigint: either can pass 2^53 (on a
+ * Citus cluster every fence does, and job ids from the 32nd node on), where a Number would
+ * round it to another job's. */
 class Job {
   constructor(worker, row, grantedAt) {
-    this.id = Number(row.job_id);
+    this.id = String(row.job_id);
     this.fence = String(row.fence);
     this.attempt = row.attempt;
     this.maxAttempts = row.max_attempts;
@@ -176,6 +177,10 @@ class Worker extends EventEmitter {
     this.cancelPoll = cancelPoll;
     this._listening = false;
     this._cancelPollOk = true;  // false once job_result is missing (0.2.0) or refused (Citus)
+    // False once complete_jobs was refused (0A000: on a Citus cluster, which routes only calls
+    // naming one job's shard): from then on each job is completed on its own, with no refused
+    // try per batch first.
+    this._batchOk = true;
     this._polling = false;
 
     this._control = null;
@@ -366,9 +371,10 @@ class Worker extends EventEmitter {
       this.logger.warn(`worker ${this.name}: unreadable ${CANCEL_CHANNEL} payload ${payload}`);
       return;
     }
-    // The fence as written in the payload: JSON.parse has rounded a fence beyond 2^53.
+    // The id and fence as written in the payload: JSON.parse has rounded either beyond 2^53.
+    const id = /"job_id"\s*:\s*(-?\d+)/.exec(payload);
     const fence = /"fence"\s*:\s*(-?\d+)/.exec(payload);
-    this._onCancel(Number(message.job_id), fence ? fence[1] : String(message.fence),
+    this._onCancel(id ? id[1] : String(message.job_id), fence ? fence[1] : String(message.fence),
       String(message.reason || 'cancelled'));
   }
 
@@ -383,7 +389,7 @@ class Worker extends EventEmitter {
       const { rows } = await this._onControl((control) =>
         control.query(POLL_CANCELLED, [running.map((job) => job.id)]));
       const fences = new Map(running.map((job) => [job.id, job.fence]));
-      for (const { job_id: id } of rows) this._onCancel(Number(id), fences.get(Number(id)), 'cancelled');
+      for (const { job_id: id } of rows) this._onCancel(id, fences.get(id), 'cancelled');
     } catch (err) {
       // 42883: a database at 0.2.0; 0A000: a distributed install (Citus), where job_result is
       // refused. Either way polling cannot work; the handler learns at its next fenced call.
@@ -540,7 +546,17 @@ class Worker extends EventEmitter {
           values.push(this.queue, this.name, claim, lease);
         }
       }
+      const eachOnItsOwn = async () => {
+        await this._completeEach(control, current);
+        if (claim <= 0) return [];
+        const claimedAt = performance.now();
+        const claimed = await control.query(CLAIM, [this.queue, this.name, claim, lease]);
+        return claimed.rows.map((row) => new Job(this, row, claimedAt));
+      };
       let rows;
+      if (!this._batchOk && text !== COMPLETE_AND_CLAIM && text !== COMPLETE_AND_CLAIM_OUTPUT) {
+        return eachOnItsOwn();
+      }
       try {
         ({ rows } = await control.query(text, values));
       } catch (err) {
@@ -548,13 +564,15 @@ class Worker extends EventEmitter {
           this._finished.unshift(...current);
           throw err;
         }
-        this.logger.info(`worker ${this.name}: completing ${current.length} jobs together ` +
-          `failed (${err.message}); completing each on its own`);
-        await this._completeEach(control, current);
-        if (claim <= 0) return [];
-        const claimedAt = performance.now();
-        ({ rows } = await control.query(CLAIM, [this.queue, this.name, claim, lease]));
-        return rows.map((row) => new Job(this, row, claimedAt));
+        if (err && err.code === '0A000') {
+          this._batchOk = false;
+          this.logger.info(`worker ${this.name}: complete_jobs is refused here (${err.message}); ` +
+            'completing each job on its own from now on');
+        } else {
+          this.logger.info(`worker ${this.name}: completing ${current.length} jobs together ` +
+            `failed (${err.message}); completing each on its own`);
+        }
+        return eachOnItsOwn();
       }
       for (const { job } of current) this._settled(job, 'succeeded', null);
       return claim > 0 ? rows.map((row) => new Job(this, row, sent)) : [];

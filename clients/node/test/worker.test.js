@@ -28,6 +28,10 @@ before(async () => {
   db = new pg.Client(server.connection);
   await db.connect();
   await db.query('CREATE TABLE effects (job_id bigint NOT NULL, fence bigint NOT NULL)');
+  // Ids and fences past 2^53 and odd, as a Citus cluster hands them out (node group g's start
+  // at g << 48): a Number holding one would be another job's id or fence.
+  await db.query("SELECT setval('jobcap.fences', 9007199254740993)," +
+    " setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 9007199254740993)");
 });
 
 after(async () => {
@@ -61,17 +65,21 @@ function start(handler, options = {}) {
 
 const enqueue = (payload, options) => jobcap.enqueue(db, ctx.queue, payload, options);
 
-// Fences are bigints (node-postgres returns them as strings); as Numbers they are exact below 2^53.
+// Job ids and fences are bigints, strings of digits here as node-postgres returns them (before()
+// starts both past 2^53, where a Number would round them); compare their order as BigInts.
 async function job(id) {
   const { rows } = await db.query(
     'SELECT state::text, attempts, fence FROM jobcap.jobs WHERE job_id = $1', [id]);
-  return { ...rows[0], fence: Number(rows[0].fence) };
+  return rows[0];
 }
+
+// Orders ids given as strings of digits by their value.
+const byValue = (a, b) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0);
 
 async function effects(id) {
   const { rows } = await db.query(
     'SELECT fence FROM effects WHERE job_id = $1 ORDER BY fence', [id]);
-  return rows.map((r) => Number(r.fence));
+  return rows.map((r) => r.fence);
 }
 
 async function expireAndReap(id) {
@@ -86,10 +94,10 @@ describe('stale fences', () => {
   it('maps SQLSTATE JC001 from every fenced call to StaleFenceError', async () => {
     await queue();
     const id = await enqueue({ n: 1 });
-    const old = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w1')", [ctx.queue])).rows[0].fence);
+    const old = (await db.query("SELECT fence FROM jobcap.claim_job($1, 'w1')", [ctx.queue])).rows[0].fence;
     await expireAndReap(id);
-    const current = Number((await db.query("SELECT fence FROM jobcap.claim_job($1, 'w2')", [ctx.queue])).rows[0].fence);
-    assert.ok(current > old);
+    const current = (await db.query("SELECT fence FROM jobcap.claim_job($1, 'w2')", [ctx.queue])).rows[0].fence;
+    assert.ok(BigInt(current) > BigInt(old));
     for (const call of [() => jobcap.complete(db, id, old), () => jobcap.fail(db, id, old, 'late'),
       () => jobcap.heartbeat(db, id, old), () => jobcap.assertFence(db, id, old)]) {
       await assert.rejects(call, (err) => {
@@ -159,7 +167,7 @@ describe('settling', () => {
     assert.ok(ctx.outcomes[0].error instanceof jobcap.StaleFenceError);
     assert.equal(ctx.outcomes[0].error.operation, 'complete_job');
     assert.deepEqual(await effects(id), [(await job(id)).fence], 'only the current fence\'s write commits');
-    assert.ok(ctx.outcomes[0].error.fence < (await job(id)).fence);
+    assert.ok(BigInt(ctx.outcomes[0].error.fence) < BigInt((await job(id)).fence));
   });
 
   it('lets a handler assert its fence before it writes', async () => {
@@ -178,7 +186,7 @@ describe('settling', () => {
     });
     await waitFor(async () => (await job(id)).state === 'succeeded');
     assert.equal(seen.length, 1);
-    assert.ok(seen[0] < (await job(id)).fence);
+    assert.ok(BigInt(seen[0]) < BigInt((await job(id)).fence));
     assert.deepEqual(ctx.outcomes.map((o) => o.outcome), ['stale', 'succeeded']);
     assert.deepEqual(await effects(id), [(await job(id)).fence]);
   });
@@ -278,7 +286,7 @@ describe('queue controls', () => {
     await queue();
     const id = await enqueue();
     const { rows } = await db.query("SELECT fence FROM jobcap.claim_job($1, 'w')", [ctx.queue]);
-    assert.equal(await jobcap.complete(db, id, Number(rows[0].fence), { rows: 3 }), 'succeeded');
+    assert.equal(await jobcap.complete(db, id, rows[0].fence, { rows: 3 }), 'succeeded');
     const output = async (i) => (await db.query(
       'SELECT output FROM jobcap.jobs WHERE job_id = $1', [i])).rows[0].output;
     assert.deepEqual(await output(id), { rows: 3 });
@@ -292,8 +300,8 @@ describe('queue controls', () => {
   it('reads a job through jobResult', async () => {
     await queue();
     const id = await enqueue();
-    const claimed = async () => Number((await db.query(
-      "SELECT fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows[0].fence);
+    const claimed = async () => (await db.query(
+      "SELECT fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows[0].fence;
     await jobcap.fail(db, id, await claimed(), 'smtp refused');
     assert.deepEqual(await jobcap.jobResult(db, id), {
       state: 'pending', attempts: 1, output: null, error: 'smtp refused', finishedAt: null });
@@ -667,7 +675,37 @@ describe('settling in batches', () => {
     assert.deepEqual(stale.map((o) => o.id), [staleId]);
     assert.ok(stale[0].error instanceof jobcap.StaleFenceError);
     assert.equal(stale[0].error.operation, 'complete_job');
-    assert.deepEqual(ctx.outcomes.filter((o) => o.outcome === 'succeeded').map((o) => o.id).sort((a, b) => a - b), ids);
+    assert.deepEqual(ctx.outcomes.filter((o) => o.outcome === 'succeeded').map((o) => o.id).sort(byValue), ids);
+  });
+
+  it('once complete_jobs is refused (0A000, as on a Citus cluster), completes each job alone without trying it again', async () => {
+    await queue();
+    // Citus refuses a call it cannot route to one shard with 0A000; the stand-in refuses the
+    // same way and counts its calls in a sequence (not rolled back with the refused call).
+    await db.query('CREATE SEQUENCE refused_calls');
+    await db.query('ALTER FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[]) RENAME TO complete_jobs_kept');
+    try {
+      await db.query(`CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[], outputs jsonb[] DEFAULT NULL)
+        RETURNS integer LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('public.refused_calls');
+        RAISE EXCEPTION 'complete_jobs is not routable' USING ERRCODE = 'feature_not_supported'; END $$`);
+      const ids = [];
+      for (let n = 0; n < 15; n++) ids.push(await enqueue({ n }));
+      const rounds = [gathering(5), gathering(5), gathering(5)];
+      const told = [];
+      start((job) => rounds[Math.floor(job.payload.n / 5)](job),
+        { concurrency: 5, prefetch: 0, logger: { info: (m) => told.push(m), warn() {}, error: console.error } });
+      await waitFor(() => ctx.outcomes.length === 15);
+      for (const id of ids) assert.deepEqual([(await job(id)).state, (await job(id)).attempts], ['succeeded', 1]);
+      assert.deepEqual(ctx.outcomes.map((o) => o.outcome), Array(15).fill('succeeded'));
+      // Three batches of five finished together; complete_jobs was tried for the first only.
+      const { rows } = await db.query('SELECT last_value, is_called FROM refused_calls');
+      assert.deepEqual([rows[0].last_value, rows[0].is_called], ['1', true]);
+      assert.equal(told.filter((m) => /complete_jobs is refused here/.test(m)).length, 1, told.join('\n'));
+    } finally {
+      await db.query('DROP FUNCTION IF EXISTS jobcap.complete_jobs(bigint[], bigint[], jsonb[])');
+      await db.query('ALTER FUNCTION jobcap.complete_jobs_kept(bigint[], bigint[], jsonb[]) RENAME TO complete_jobs');
+      await db.query('DROP SEQUENCE refused_calls');
+    }
   });
 
   it('has completeJobs all or nothing, and completeAndClaim', async () => {
@@ -675,7 +713,7 @@ describe('settling in batches', () => {
     const ids = [];
     for (let n = 0; n < 3; n++) ids.push(await enqueue({ n }));
     const { rows } = await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w', 3)", [ctx.queue]);
-    const fence = Object.fromEntries(rows.map((r) => [Number(r.job_id), Number(r.fence)]));
+    const fence = Object.fromEntries(rows.map((r) => [r.job_id, r.fence]));
     await expireAndReap(ids[1]);
     await assert.rejects(jobcap.completeJobs(db, ids, ids.map((id) => fence[id])), jobcap.StaleFenceError);
     assert.deepEqual(await Promise.all(ids.map(async (id) => (await job(id)).state)), ['running', 'pending', 'running']);
@@ -683,11 +721,11 @@ describe('settling in batches', () => {
     const { rows: out } = await db.query('SELECT output FROM jobcap.jobs WHERE job_id = $1', [ids[0]]);
     assert.deepEqual(out[0].output, { ok: true });
     const [next] = (await db.query("SELECT job_id, fence FROM jobcap.claim_job($1, 'w')", [ctx.queue])).rows;
-    assert.equal(Number(next.job_id), ids[1]);
-    const claimed = await jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w', { output: [1] });
+    assert.equal(next.job_id, ids[1]);
+    const claimed = await jobcap.completeAndClaim(db, ids[1], next.fence, ctx.queue, 'w', { output: [1] });
     assert.deepEqual(claimed, []);  // nothing left to claim
     assert.equal((await job(ids[1])).state, 'succeeded');
-    await assert.rejects(jobcap.completeAndClaim(db, ids[1], Number(next.fence), ctx.queue, 'w'), jobcap.StaleFenceError);
+    await assert.rejects(jobcap.completeAndClaim(db, ids[1], next.fence, ctx.queue, 'w'), jobcap.StaleFenceError);
   });
 
   it('runs isolated jobs in long-lived children, replaces a killed one, batches the light ones', async () => {

@@ -245,7 +245,11 @@ class Worker:
         self._listening = False                 # the claim connection LISTENs (isolated)
         self._cancel_notes: List[Tuple[int, int, str]] = []  # (job_id, fence, reason) to apply
         self._cancel_polled = 0.0               # monotonic time of the last poll without LISTEN
-        self._cancel_poll_ok = True             # false once job_result is missing (0.2.0)
+        self._cancel_poll_ok = True             # false once job_result is missing or refused
+        # False once complete_jobs was refused (0A000: on a Citus cluster, which routes only
+        # calls naming one job's shard): from then on each job is completed on its own, with no
+        # refused try per batch first.
+        self._batch_ok = True
         self._cancel_poll_due = False           # poll once now (a new LISTEN)
         self._side_listening: Optional[psycopg.Connection] = None  # in-process: side LISTENs
         self._cancel_reason: Optional[str] = None  # in-process: the running job was cancelled
@@ -476,7 +480,9 @@ class Worker:
         try:
             conn.autocommit = True
             rows = conn.execute(POLL_CANCELLED, ([job.id for job in jobs],)).fetchall()
-        except psycopg.errors.UndefinedFunction:
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported):
+            # A database at 0.2.0, or a distributed install (Citus) where job_result is
+            # refused: polling cannot work; the handler learns at its next fenced call.
             self._cancel_poll_ok = False
             return
         except psycopg.OperationalError:
@@ -569,14 +575,24 @@ class Worker:
                              f" CROSS JOIN LATERAL jobcap.claim_job(%s, %s, %s + 0 * done.n, %s)"
                              f" AS c")
                     params += (self.queue, self.name, count, lease)
-            try:
-                result = self._execute_alone(query, params)
-            except psycopg.OperationalError:
-                self._put_back(current[at:])
-                raise
-            except psycopg.Error as error:
-                log.info("worker %s: completing %d jobs together failed (%s); completing each "
-                         "on its own", self.name, len(part), _first_line(error))
+            alone = not self._batch_ok and query not in (COMPLETE_AND_CLAIM,
+                                                         COMPLETE_AND_CLAIM_OUTPUT)
+            if not alone:
+                try:
+                    result = self._execute_alone(query, params)
+                except psycopg.OperationalError:
+                    self._put_back(current[at:])
+                    raise
+                except psycopg.errors.FeatureNotSupported as error:
+                    self._batch_ok = False
+                    alone = True
+                    log.info("worker %s: complete_jobs is refused here (%s); completing each "
+                             "job on its own from now on", self.name, _first_line(error))
+                except psycopg.Error as error:
+                    alone = True
+                    log.info("worker %s: completing %d jobs together failed (%s); completing "
+                             "each on its own", self.name, len(part), _first_line(error))
+            if alone:
                 self._complete_each(part)
                 if not last:
                     continue

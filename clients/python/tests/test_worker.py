@@ -317,6 +317,27 @@ class ControlsTest(Base):
         self.assertEqual(self.conn.execute("SELECT output FROM jobcap.jobs WHERE job_id = %s",
                                            (job_id,)).fetchone()[0], {"rows": 3})
 
+    def test_polling_for_cancellations_stops_once_job_result_is_refused(self):
+        # Citus refuses job_result (0A000); the stand-in refuses it the same way and counts its
+        # calls in a sequence (not rolled back with the refused call).
+        self.conn.execute("CREATE SEQUENCE refused_polls")
+        self.conn.execute("ALTER FUNCTION jobcap.job_result(bigint) RENAME TO job_result_kept")
+        self.addCleanup(execute_apart, "DROP FUNCTION jobcap.job_result(bigint); ALTER FUNCTION"
+                        " jobcap.job_result_kept(bigint) RENAME TO job_result;"
+                        " DROP SEQUENCE refused_polls")
+        self.conn.execute(
+            "CREATE FUNCTION jobcap.job_result(job_id bigint, OUT state jobcap.job_state,"
+            " OUT attempts integer) LANGUAGE plpgsql AS $$ BEGIN"
+            " PERFORM nextval('public.refused_polls'); RAISE EXCEPTION 'job_result is not"
+            " routable' USING ERRCODE = 'feature_not_supported'; END $$")
+        job_id = self.enqueue()
+        self.start(lambda job: time.sleep(1.0), listen=False, cancel_poll=0.05)
+        wait_for(lambda: self.outcomes)
+        self.assertEqual(self.job(job_id)[:2], ("succeeded", 1))
+        # Polled every 0.05 s while the handler ran for 1 s: refused once, then not asked again.
+        self.assertEqual(self.conn.execute("SELECT last_value, is_called FROM refused_polls")
+                         .fetchone(), (1, True))
+
     def test_job_result_reads_a_job_without_table_access(self):
         job_id = self.enqueue()
         fence = self.conn.execute("SELECT fence FROM jobcap.claim_job(%s, 'w')",
@@ -815,6 +836,12 @@ class IsolationTest(Base):
         self.assertEqual(sorted(o[1] for o in self.outcomes), ["released"] * 4 + ["succeeded"])
 
 
+def execute_apart(statements):
+    """Runs statements on a connection of their own (a cleanup runs after tearDown closed ours)."""
+    with connect() as other:
+        other.execute(statements)
+
+
 def expire_in_another_session(job_id):
     """What a frozen worker's job goes through: its lease runs out and the reaper takes it back."""
     with connect() as other:
@@ -874,6 +901,32 @@ class BatchSettleTest(Base):
         self.assertEqual(stale[0][2].operation, "complete_job")
         self.assertEqual(sorted(o[0] for o in self.outcomes if o[1] == "succeeded"), ids)
         self.assertEqual(kinds(self.conn, stale_id)[0][0], "lease_expired")
+
+    def test_once_complete_jobs_is_refused_each_job_is_completed_alone_without_retrying_it(self):
+        # Citus refuses a call it cannot route to one shard with 0A000; the stand-in refuses the
+        # same way and counts its calls in a sequence (not rolled back with the refused call).
+        self.conn.execute("CREATE SEQUENCE refused_calls")
+        self.conn.execute("ALTER FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[])"
+                          " RENAME TO complete_jobs_kept")
+        self.addCleanup(execute_apart, "DROP FUNCTION jobcap.complete_jobs(bigint[], bigint[],"
+                        " jsonb[]); ALTER FUNCTION jobcap.complete_jobs_kept(bigint[], bigint[],"
+                        " jsonb[]) RENAME TO complete_jobs; DROP SEQUENCE refused_calls")
+        self.conn.execute(
+            "CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[],"
+            " outputs jsonb[] DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$ BEGIN"
+            " PERFORM nextval('public.refused_calls'); RAISE EXCEPTION 'complete_jobs is not"
+            " routable' USING ERRCODE = 'feature_not_supported'; END $$")
+        ids = [self.enqueue({"n": n}) for n in range(15)]
+        with self.assertLogs("jobcap", logging.INFO) as logs:
+            self.start(lambda job: None, batch=5)
+            wait_for(lambda: len(self.outcomes) == 15)
+        self.assertEqual([self.job(i)[:2] for i in ids], [("succeeded", 1)] * 15)
+        self.assertEqual(sorted(o[1] for o in self.outcomes), ["succeeded"] * 15)
+        # Three batches of five; complete_jobs was tried for the first only.
+        self.assertEqual(self.conn.execute("SELECT last_value, is_called FROM refused_calls")
+                         .fetchone(), (1, True))
+        refused = [m for m in logs.output if "complete_jobs is refused here" in m]
+        self.assertEqual(len(refused), 1, logs.output)
 
     def test_complete_jobs_is_all_or_nothing(self):
         ids = [self.enqueue({"n": n}) for n in range(3)]

@@ -1,6 +1,6 @@
 """Adapters for frameworks that run jobs: Celery (kombu) and Django-Q."""
 import datetime as dt
-from typing import List, Mapping, Tuple
+from typing import Dict, Mapping
 
 # The enqueue options a message can carry (a Celery/kombu header, a key of a Django-Q task's
 # package), and the enqueue_job argument each becomes. Passed by name and only when present, so
@@ -13,13 +13,13 @@ MESSAGE_OPTIONS = (
 )
 
 
-def message_options(fields: Mapping, where: str) -> List[Tuple[str, object]]:
-    """The enqueue_job arguments named in fields, as (argument, value) pairs, checked before
-    anything is enqueued: the keys and the mode strings, the window a number of seconds (a JSON
-    header cannot carry a timedelta). The server judges the values (a window not positive, a
-    mode other than keep or replace, a mode without a key: 22023). where names the fields in
-    errors ("header", "task's")."""
-    out = []
+def message_options(fields: Mapping, where: str) -> Dict[str, object]:
+    """The enqueue_job arguments named in fields, by argument name (for jobcap.sql._named),
+    checked before anything is enqueued: the keys and the mode strings, the window a number of
+    seconds (a JSON header cannot carry a timedelta). The server judges the values (a window not
+    positive, a mode other than keep or replace, a mode without a key: 22023). where names the
+    fields in errors ("header", "task's")."""
+    out = {}
     for name, argument in MESSAGE_OPTIONS:
         value = fields.get(name)
         if value is None:
@@ -32,5 +32,5 @@ def message_options(fields: Mapping, where: str) -> List[Tuple[str, object]]:
         elif not isinstance(value, str):
             raise ValueError(f"jobcap: the {where} {name} must be a string, "
                              f"not {type(value).__name__}")
-        out.append((argument, value))
+        out[argument] = value
     return out

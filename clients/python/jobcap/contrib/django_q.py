@@ -70,6 +70,7 @@ from django_q.brokers import Broker as BaseBroker
 from django_q.conf import Conf
 
 from .. import pooling
+from ..sql import _named
 from ..errors import STALE_FENCE
 from . import message_options
 
@@ -88,7 +89,6 @@ _ENSURED = set()
 _PROBED = set()
 
 QUEUE_OPTIONS = ("max_attempts", "backoff_base", "backoff_max")
-# The task's field naming its concurrency key (see enqueue above).
 # Whether the role may create queues (create_queue is an operator's function): asked first, so
 # that a worker role's process does not leave a permission error in the server's log.
 MAY_MANAGE_QUEUES = (
@@ -279,13 +279,13 @@ class Broker(BaseBroker):
     def enqueue(self, task: str):
         self._ensure_queue()
         fields = _task_fields(task)
-        named = dict(message_options(fields, "task's"))
+        named = message_options(fields, "task's")
         # The task's id is its job's dedupe key unless the task names one of its own.
         named.setdefault("dedupe_key", dedupe_key_of(str(fields.get("id", ""))))
+        extra, values = _named(named)
         with connections[self.alias].cursor() as cursor:   # the caller's transaction
-            cursor.execute("SELECT jobcap.enqueue_job(%s, %s::jsonb"
-                           + "".join(f", {name} => %s" for name in named) + ")",
-                           (self.list_key, json.dumps({"package": task}), *named.values()))
+            cursor.execute(f"SELECT jobcap.enqueue_job(%s, %s::jsonb{extra})",
+                           (self.list_key, json.dumps({"package": task})) + values)
             return cursor.fetchone()[0]
 
     def dequeue(self) -> Optional[List[Tuple[str, str]]]:

@@ -90,15 +90,15 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps as kombu_dumps, loads as kombu_loads
 
 from .. import pooling
+from ..sql import _named
 from . import message_options
 from ..errors import STALE_FENCE
 
 log = logging.getLogger("jobcap.kombu")
 
-#: Headers the transport adds to each delivered message.
+#: Headers the transport adds to each delivered message. (The headers a published message can
+#: carry to enqueue_job are contrib.MESSAGE_OPTIONS.)
 JOB_HEADERS = ("jobcap_job_id", "jobcap_fence", "jobcap_attempt", "jobcap_max_attempts")
-# A published message's header naming the job's concurrency key (jobcap 0.3.0: the queue's
-# max_running_per_key and fairness apply to it): apply_async(..., headers={...}).
 
 #: The channel on which the server tells the worker holding a job that its attempt ended while
 #: it ran (cancel_job, max_run_time); payload {"job_id": n, "fence": f, "reason": r}.
@@ -273,6 +273,11 @@ def _settle(conninfo: str, query: str, params: tuple):
                     raise
 
 
+# The databases that refused complete_jobs (0A000: a Citus cluster routes only a call that names
+# one job's shard): their acks are completed one by one, with no refused try per batch first.
+_no_batch: set = set()
+
+
 def _complete(acks: list) -> None:
     """complete_job for each acked message, in one complete_jobs when there are several. That
     one is all or nothing: when a fence in it is stale, each job is completed on its own."""
@@ -280,11 +285,15 @@ def _complete(acks: list) -> None:
     for held in acks:
         by_db.setdefault(held.conninfo, []).append(held)
     for conninfo, helds in by_db.items():
-        if len(helds) > 1:
+        if len(helds) > 1 and conninfo not in _no_batch:
             try:
                 _settle(conninfo, "SELECT jobcap.complete_jobs(%s, %s)",
                         ([h.job_id for h in helds], [h.fence for h in helds]))
                 continue
+            except psycopg.errors.FeatureNotSupported as error:
+                _no_batch.add(conninfo)
+                log.info("jobcap: complete_jobs is refused here (%s); completing each job on "
+                         "its own from now on", str(error).splitlines()[0])
             except psycopg.Error as error:
                 if not _is_stale(error):
                     raise
@@ -576,12 +585,11 @@ class Channel(virtual.Channel):
         payload = kombu_loads(kombu_dumps(message))
         for key in JOB_HEADERS:
             (payload.get("headers") or {}).pop(key, None)
-        named = message_options(headers, "header")
+        extra, values = _named(message_options(headers, "header"))
         self._new_queue(queue)
         try:
-            self._execute("SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s"
-                          + "".join(f", {name} => %s" for name, _ in named) + ")",
-                          (queue, Jsonb(payload), run_at, priority, *(v for _, v in named)))
+            self._execute(f"SELECT jobcap.enqueue_job(%s, %s, coalesce(%s, now()), %s{extra})",
+                          (queue, Jsonb(payload), run_at, priority) + values)
         except psycopg.errors.InsufficientPrivilege as error:
             role = self._execute("SELECT current_user").fetchone()[0]
             raise AccessDenied(_access_advice(queue, role, error)) from error
@@ -1143,7 +1151,9 @@ class Transport(virtual.Transport):
             return
         try:
             rows = _settle(held[0].conninfo, POLL_CANCELLED, ([h.job_id for h in held],))
-        except psycopg.errors.UndefinedFunction:
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported):
+            # A database at 0.2.0, or a distributed install (Citus) where job_result is
+            # refused: polling cannot work; a task learns at its ack or next fenced call.
             self._cancel_poll_ok = False
             return
         except psycopg.Error as error:

@@ -160,6 +160,33 @@ class KombuTest(unittest.TestCase):
         m2.ack()
         self.assertEqual(job(job_id), ("succeeded", 2, 3))
 
+    def test_acks_are_completed_alone_once_complete_jobs_is_refused(self):
+        # Celery's event loop acks several tasks in one complete_jobs. Citus refuses that call
+        # (0A000: it routes only a call that names one job's shard); the stand-in refuses it the
+        # same way and counts its calls in a sequence (not rolled back with the refused call).
+        kombu_transport = jobcap.contrib.kombu
+        sql("CREATE SEQUENCE refused_acks")
+        sql("ALTER FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[])"
+            " RENAME TO complete_jobs_kept")
+        self.addCleanup(kombu_transport._no_batch.discard, server.conninfo)
+        self.addCleanup(sql, "DROP FUNCTION jobcap.complete_jobs(bigint[], bigint[], jsonb[]);"
+                        " ALTER FUNCTION jobcap.complete_jobs_kept(bigint[], bigint[], jsonb[])"
+                        " RENAME TO complete_jobs; DROP SEQUENCE refused_acks")
+        sql("CREATE FUNCTION jobcap.complete_jobs(job_ids bigint[], fences bigint[],"
+            " outputs jsonb[] DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$ BEGIN"
+            " PERFORM nextval('public.refused_acks'); RAISE EXCEPTION 'complete_jobs is not"
+            " routable' USING ERRCODE = 'feature_not_supported'; END $$")
+        for n in range(4):
+            self.queue.put({"n": n})
+        got = [self.queue.get(timeout=5) for _ in range(4)]
+        helds = [kombu_transport._heartbeats.pop(m.delivery_tag) for m in got]
+        kombu_transport._complete(helds[:2])   # refused, then each alone
+        kombu_transport._complete(helds[2:])   # each alone at once
+        for m in got:
+            self.assertEqual(job(m.headers["jobcap_job_id"]), ("succeeded", 1, 3))
+            m.ack()   # kombu's bookkeeping only: the job is no longer held
+        self.assertEqual(sql("SELECT last_value, is_called FROM refused_acks"), [(1, True)])
+
     def test_priority_higher_first(self):
         for p in (0, 9, 5):
             self.queue.put({"p": p}, priority=p)
