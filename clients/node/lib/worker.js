@@ -554,9 +554,8 @@ class Worker extends EventEmitter {
         return claimed.rows.map((row) => new Job(this, row, claimedAt));
       };
       let rows;
-      if (!this._batchOk && text !== COMPLETE_AND_CLAIM && text !== COMPLETE_AND_CLAIM_OUTPUT) {
-        return eachOnItsOwn();
-      }
+      const batched = text !== COMPLETE_AND_CLAIM && text !== COMPLETE_AND_CLAIM_OUTPUT;
+      if (!this._batchOk && batched) return eachOnItsOwn();
       try {
         ({ rows } = await control.query(text, values));
       } catch (err) {
@@ -564,7 +563,7 @@ class Worker extends EventEmitter {
           this._finished.unshift(...current);
           throw err;
         }
-        if (err && err.code === '0A000') {
+        if (err && err.code === '0A000' && batched) {
           this._batchOk = false;
           this.logger.info(`worker ${this.name}: complete_jobs is refused here (${err.message}); ` +
             'completing each job on its own from now on');

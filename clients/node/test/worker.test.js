@@ -28,10 +28,13 @@ before(async () => {
   db = new pg.Client(server.connection);
   await db.connect();
   await db.query('CREATE TABLE effects (job_id bigint NOT NULL, fence bigint NOT NULL)');
-  // Ids and fences past 2^53 and odd, as a Citus cluster hands them out (node group g's start
-  // at g << 48): a Number holding one would be another job's id or fence.
-  await db.query("SELECT setval('jobcap.fences', 9007199254740993)," +
-    " setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 9007199254740993)");
+  // Ids and fences past 2^53, as a Citus cluster hands them out (node group g's ids start at
+  // (g + 1) * 2^48, every node's fences past 2^53), and all odd (2^53 + 1, + 3, ...), which no
+  // Number holds: a Number holding one would be another job's id or fence.
+  await db.query('ALTER SEQUENCE jobcap.fences INCREMENT BY 2');
+  await db.query('ALTER TABLE jobcap.jobs ALTER COLUMN job_id SET INCREMENT BY 2');
+  await db.query("SELECT setval('jobcap.fences', 9007199254740993, false)," +
+    " setval(pg_get_serial_sequence('jobcap.jobs', 'job_id'), 9007199254740993, false)");
 });
 
 after(async () => {
@@ -474,6 +477,8 @@ describe('processes', () => {
     await queue();
     const isolated = env.ISOLATED === '1';
     const long = await enqueue(isolated ? { do: 'cancel' } : {});
+    // The notification's job_id and fence are read from its text: JSON.parse would round these.
+    assert.notEqual(String(Number(long)), long, `job id ${long} is one a Number cannot hold`);
     const child = spawnWorker('cancel', { LEASE: 30000, TIMEOUT: 20000, ...env });
     await waitFor(() => child.output.includes(`started ${long}`));
     const sent = Date.now();

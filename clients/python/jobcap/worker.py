@@ -575,8 +575,8 @@ class Worker:
                              f" CROSS JOIN LATERAL jobcap.claim_job(%s, %s, %s + 0 * done.n, %s)"
                              f" AS c")
                     params += (self.queue, self.name, count, lease)
-            alone = not self._batch_ok and query not in (COMPLETE_AND_CLAIM,
-                                                         COMPLETE_AND_CLAIM_OUTPUT)
+            batched = query not in (COMPLETE_AND_CLAIM, COMPLETE_AND_CLAIM_OUTPUT)
+            alone = batched and not self._batch_ok
             if not alone:
                 try:
                     result = self._execute_alone(query, params)
@@ -584,16 +584,22 @@ class Worker:
                     self._put_back(current[at:])
                     raise
                 except psycopg.errors.FeatureNotSupported as error:
-                    self._batch_ok = False
                     alone = True
-                    log.info("worker %s: complete_jobs is refused here (%s); completing each "
-                             "job on its own from now on", self.name, _first_line(error))
+                    if batched:
+                        self._batch_ok = False
+                        log.info("worker %s: complete_jobs is refused here (%s); completing "
+                                 "each job on its own from now on", self.name,
+                                 _first_line(error))
                 except psycopg.Error as error:
                     alone = True
                     log.info("worker %s: completing %d jobs together failed (%s); completing "
                              "each on its own", self.name, len(part), _first_line(error))
             if alone:
-                self._complete_each(part)
+                try:
+                    self._complete_each(part)
+                except psycopg.OperationalError:
+                    self._put_back(current[at + MAX_BATCH:])  # _complete_each put back its own
+                    raise
                 if not last:
                     continue
                 return self._claim(claim) if claim else []

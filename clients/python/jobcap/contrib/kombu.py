@@ -254,8 +254,9 @@ _settle_lock = threading.Lock()
 _settle_conns: Dict[Tuple[int, str], psycopg.Connection] = {}
 
 
-def _settle(conninfo: str, query: str, params: tuple):
-    """Runs one settling statement, reconnecting once if the connection broke."""
+def _settle(conninfo: str, query: str, params: tuple, rows: bool = False):
+    """Runs one settling statement, reconnecting once if the connection broke; returns its first
+    row, or with rows all of them."""
     key = (os.getpid(), conninfo)
     for attempt in (1, 2):
         with _settle_lock:
@@ -265,7 +266,8 @@ def _settle(conninfo: str, query: str, params: tuple):
                                        application_name="jobcap kombu settle")
                 _settle_conns[key] = conn
             try:
-                return conn.execute(query, params).fetchone()
+                cur = conn.execute(query, params)
+                return cur.fetchall() if rows else cur.fetchone()
             except psycopg.OperationalError:
                 _settle_conns.pop(key, None)
                 conn.close()
@@ -1150,7 +1152,8 @@ class Transport(virtual.Transport):
         if not held:
             return
         try:
-            rows = _settle(held[0].conninfo, POLL_CANCELLED, ([h.job_id for h in held],))
+            rows = _settle(held[0].conninfo, POLL_CANCELLED, ([h.job_id for h in held],),
+                           rows=True)
         except (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported):
             # A database at 0.2.0, or a distributed install (Citus) where job_result is
             # refused: polling cannot work; a task learns at its ack or next fenced call.

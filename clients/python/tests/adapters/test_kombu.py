@@ -187,6 +187,38 @@ class KombuTest(unittest.TestCase):
             m.ack()   # kombu's bookkeeping only: the job is no longer held
         self.assertEqual(sql("SELECT last_value, is_called FROM refused_acks"), [(1, True)])
 
+    def test_polling_finds_the_cancelled_messages_and_stops_when_job_result_is_refused(self):
+        # Without LISTEN (through a pooler) the transport polls job_result for the jobs it holds.
+        kombu_transport = jobcap.contrib.kombu
+        got = [self.put_get({"n": n}) for n in range(3)]
+        ids = [m.headers["jobcap_job_id"] for m in got]
+        for job_id in (ids[0], ids[2]):
+            self.assertEqual(sql("SELECT jobcap.cancel_job(%s)", (job_id,)), [(True,)])
+        transport = self.conn.transport
+        transport.cancel_poll, transport._cancel_polled = 0.001, 0.0
+        transport._poll_cancelled()
+        # Every cancelled job found (not only the first row), its lease no longer kept.
+        held = set(kombu_transport._heartbeats.held)
+        self.assertEqual([m.delivery_tag in held for m in got], [False, True, False])
+        # On a Citus cluster job_result is refused (0A000): asked once, then not again. The
+        # stand-in refuses the same way and counts its calls in a sequence.
+        sql("CREATE SEQUENCE refused_polls")
+        sql("ALTER FUNCTION jobcap.job_result(bigint) RENAME TO job_result_kept")
+        self.addCleanup(sql, "DROP FUNCTION jobcap.job_result(bigint); ALTER FUNCTION"
+                        " jobcap.job_result_kept(bigint) RENAME TO job_result;"
+                        " DROP SEQUENCE refused_polls")
+        sql("CREATE FUNCTION jobcap.job_result(job_id bigint, OUT state jobcap.job_state,"
+            " OUT attempts integer) LANGUAGE plpgsql AS $$ BEGIN"
+            " PERFORM nextval('public.refused_polls'); RAISE EXCEPTION 'jobcap.job_result does"
+            " not run on a distributed install yet' USING ERRCODE = 'feature_not_supported';"
+            " END $$")
+        for _ in range(3):
+            transport._cancel_polled = 0.0
+            transport._poll_cancelled()
+        self.assertEqual(sql("SELECT last_value, is_called FROM refused_polls"), [(1, True)])
+        got[1].ack()
+        self.assertEqual(job(ids[1]), ("succeeded", 1, 3))
+
     def test_priority_higher_first(self):
         for p in (0, 9, 5):
             self.queue.put({"p": p}, priority=p)
