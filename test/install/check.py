@@ -112,8 +112,8 @@ worker.on('settled', (job: Job<Receipt>, outcome: Outcome, error: Error | null) 
   if (error instanceof StaleFenceError) console.log(error.jobId, error.fence, outcome, job.fence);
 });
 const inProcess = new Worker<Receipt>({ connection: { host: '/tmp' }, queue: 'q', handler: handle });
-async function main(db: Client): Promise<number> {
-  const id: number = await enqueue(db, 'q', { order: 1 });
+async function main(db: Client): Promise<string> {
+  const id: string = await enqueue(db, 'q', { order: 1 });
   await release(db, id, 1);
   await inProcess.stop();
   return id;
