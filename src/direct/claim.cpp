@@ -2,7 +2,55 @@
 // index, locked with SKIP LOCKED, re-checked, and updated row by row.
 #include "direct/rows.hpp"
 
+#include "spi/queue_lock.hpp"
+
 namespace jobcap::direct {
+namespace {
+
+// Whether queue has at most limit running jobs in op's snapshot (counted through jobs_running
+// until there are more).
+bool running_at_most(Op& op, Datum queue, int64 limit)
+{
+    if (limit < 0)
+        return false;
+    Relation index = open_index(op, shape.jobs_running);
+    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 0, 0);
+    index_rescan(scan, nullptr, 0, nullptr, 0);
+    TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
+    int64 running = 0;
+    while (running <= limit && index_getnext_slot(scan, ForwardScanDirection, seen)) {
+        bool isnull = false;
+        Datum q = slot_getattr(seen, shape.job[kQueue], &isnull);
+        if (state_of(seen) == shape.running && !isnull &&
+            DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, q, queue)))
+            ++running;
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(seen);
+    return running <= limit;
+}
+
+// A queue whose one limit is max_running, with at least kSharedClaimRoom more jobs allowed to
+// run than run now: the claim takes the shared turn (spi/queue_lock.hpp) and claims as an open
+// queue's, with a snapshot taken after the turn, in which *q is read again. Returns the slot it
+// holds, or -1 (holding nothing) when the SQL path must decide: the queue is near its limit,
+// its settings changed, every slot is taken, or the batch is too large for a slot.
+int take_shared_turn(Op& op, Datum queue, int batch, QueueRow* q)
+{
+    if (!q->only_max_running || batch > kSharedClaimBatch || !OidIsValid(shape.jobs_running))
+        return -1;
+    int slot = take_shared_claim_turn(queue);
+    if (slot < 0)
+        return -1;
+    fresh_snapshot(op);
+    if (read_queue(op, queue, q) && !q->paused && q->only_max_running &&
+        running_at_most(op, queue, static_cast<int64>(q->max_running) - kSharedClaimRoom))
+        return slot;
+    give_back_shared_claim_turn(queue, slot);
+    return -1;
+}
+
+}  // namespace
 
 int claim(const Access& access, const ClaimCall& call, Claimed* out)
 {
@@ -13,8 +61,10 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out)
 
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
     QueueRow q;
-    bool open = read_queue(op, queue, &q) && !q.paused && !q.limited;
-    if (!open || !may_work(access, queue, op.snapshot)) {
+    bool open = read_queue(op, queue, &q) && !q.paused && may_work(access, queue, op.snapshot);
+    if (open && q.limited)
+        open = take_shared_turn(op, queue, call.batch, &q) >= 0;
+    if (!open) {
         end(op);
         elog(DEBUG2,
              "jobcap: the claim goes to the SQL path: the queue is missing, paused, "

@@ -165,6 +165,14 @@ void end(Op& op)
     UnregisterSnapshot(op.snapshot);
 }
 
+void fresh_snapshot(Op& op)
+{
+    PopActiveSnapshot();
+    UnregisterSnapshot(op.snapshot);
+    op.snapshot = RegisterSnapshot(GetTransactionSnapshot());
+    PushActiveSnapshot(op.snapshot);
+}
+
 Relation open_index(Op& op, Oid index)
 {
     if (op.opened != nullptr) {
@@ -278,18 +286,19 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
             return n[a - 1];
         };
         row->paused = DatumGetBool(at(shape.queue[kQPaused]));
-        row->limited = !null(shape.queue[kQMaxRunning]);
+        bool max_running = !null(shape.queue[kQMaxRunning]);
+        row->max_running = max_running ? DatumGetInt32(at(shape.queue[kQMaxRunning])) : 0;
         // compat(0.2.0): no rate_limit, max_running_per_key or fairness on the 0.2.0 schema.
-        if (shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit))
-            row->limited = true;
-        if (shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key))
-            row->limited = true;
-        if (!row->limited && shape.queue_fairness != InvalidAttrNumber &&
-            !null(shape.queue_fairness)) {
+        bool others =
+            (shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit)) ||
+            (shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key));
+        if (!others && shape.queue_fairness != InvalidAttrNumber && !null(shape.queue_fairness)) {
             text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
                 reinterpret_cast<varlena*>(DatumGetPointer(at(shape.queue_fairness)))));
-            row->limited = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
+            others = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
         }
+        row->limited = max_running || others;
+        row->only_max_running = max_running && !others;
         row->cap = DatumGetInt32(at(shape.queue[kQMaxAttempts]));
         row->epoch = DatumGetInt64(at(shape.queue[kQCapEpoch]));
         bool nl = null(shape.queue[kQLease]);

@@ -52,7 +52,9 @@ struct NewRow {
 // A queue's row as the statements read it (in op's snapshot).
 struct QueueRow {
     bool paused;
-    bool limited;  // max_running, rate_limit or max_running_per_key set, or not fifo
+    bool limited;           // max_running, rate_limit or max_running_per_key set, or not fifo
+    bool only_max_running;  // limited by max_running alone
+    int32 max_running;      // 0: none
     int32 cap;
     int64 epoch;
     Datum lease;  // copied
@@ -120,6 +122,10 @@ Datum queue_hash(Datum queue);
 // to the end of the transaction, as a statement's.
 void begin(Op& op, CmdType cmd = CMD_UPDATE);
 void end(Op& op);
+
+// A new snapshot for the rest of op's work (READ COMMITTED: the direct path's only level), for
+// what must see every transaction that committed before a lock just taken.
+void fresh_snapshot(Op& op);
 
 // An index of jobcap.jobs, opened for this call.
 Relation open_index(Op& op, Oid index);

@@ -48,9 +48,9 @@ void forget_shape(Datum, Oid relid)
 {
     bool ours = relid == InvalidOid || relid == shape.jobs || relid == shape.queues ||
                 relid == shape.grants || relid == shape.errors || relid == shape.jobs_pkey ||
-                relid == shape.jobs_claim || relid == shape.queues_pkey ||
-                relid == shape.grants_pkey || relid == shape.errors_by_job ||
-                indexes_include(relid);
+                relid == shape.jobs_claim || relid == shape.jobs_running ||
+                relid == shape.queues_pkey || relid == shape.grants_pkey ||
+                relid == shape.errors_by_job || indexes_include(relid);
     if (ours) {
         shape.known = false;
         forget_indexes();
@@ -148,6 +148,7 @@ bool learn_shape()
     s.jobs = get_relname_relid("jobs", nsp);
     s.jobs_pkey = get_relname_relid("jobs_pkey", nsp);
     s.jobs_claim = get_relname_relid("jobs_claim", nsp);
+    s.jobs_running = get_relname_relid("jobs_running", nsp);
     s.queues = get_relname_relid("queues", nsp);
     s.queues_pkey = get_relname_relid("queues_pkey", nsp);
     s.grants = get_relname_relid("queue_grants", nsp);
@@ -258,6 +259,10 @@ bool learn_shape()
             index_on(s.queues_pkey, s.queues, qkey, 1) &&
             index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
     }
+    AttrNumber running[1] = {s.job[kJobId]};
+    if (!s.direct || !OidIsValid(s.jobs_running) ||
+        !index_on(s.jobs_running, s.jobs, running, 1, s.job[kState], s.running))
+        s.jobs_running = InvalidOid;
     s.errors = get_relname_relid("job_errors", nsp);
     s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
     s.known = true;

@@ -69,6 +69,10 @@ struct Shape {
     bool known;
     bool direct;  // 0.2.0 columns present, no triggers, no row security, indexes as expected
     Oid jobs, jobs_pkey, jobs_claim, queues, queues_pkey, grants, grants_pkey, fences;
+    // jobs_running, a shared claim's count of its queue's running jobs (claim.cpp), vetted:
+    // on job_id, every running job and only those; InvalidOid otherwise (the claims of a queue
+    // with max_running then go to the SQL path).
+    Oid jobs_running;
     AttrNumber job[kJobColumns];
     AttrNumber queue[kQueueColumns];
     AttrNumber grant_queue, grant_grantee;

@@ -8,12 +8,13 @@
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
 // queue with max_running, rate_limit or max_running_per_key hands out only what fits. The common
-// case (none) costs one one-time filter on the queue's row. A capped queue's claim runs a second
-// path: it locks the queue's row (claims of that queue take turns), counts the queue's running
-// jobs (per concurrency key too) and reads its rate window (core/flow.hpp) with a fresh snapshot,
-// claims at most what all allow, and charges the window with what it claimed, in its own
-// transaction. Round-robin fairness is a capped queue's too: its claim reads and writes the
-// queue's turn (jobcap.queue_turns) under the same lock.
+// case (none) costs one one-time filter on the queue's row. A claim far below a max_running that
+// is the queue's one limit runs as an open queue's, under a shared claim turn (queue_lock.hpp).
+// Any other capped claim locks the queue's row and takes the turn exclusive (after the shared
+// claims in flight), counts the queue's running jobs (per concurrency key too) and reads its
+// rate window (core/flow.hpp) with a fresh snapshot, claims at most what all allow, and charges
+// the window with what it claimed, in its own transaction. Round-robin fairness is a capped
+// queue's too: its claim reads and writes the queue's turn (jobcap.queue_turns) under the lock.
 #include "housekeeping/rates.hpp"
 #include "housekeeping/rollbacks.hpp"
 #include "functions/hot_path.hpp"
@@ -22,6 +23,7 @@
 #include "boundary.hpp"
 #include "spi/errors.hpp"
 #include "spi/plans.hpp"
+#include "spi/queue_lock.hpp"
 #include "spi/schema.hpp"
 #include "spi/statements.hpp"
 #include "spi/cap.hpp"
@@ -250,10 +252,10 @@ JOBCAP_STATEMENT(claim_job_by_id_0_1,
                  PlanKind::steered);
 
 // A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
-// wait for it too), then count its running jobs with a fresh snapshot: every claim that went
-// before has committed, and its jobs are counted. Every running job holds its slot, a lease that
-// expired too, until it settles or the reaper takes it back: a heartbeat can revive an expired
-// lease, so it is not a free slot. $1 = queue.
+// wait for it too) and on its claim turn, exclusive (spi/queue_lock.hpp), then count its running
+// jobs with a fresh snapshot: every claim that went before, shared ones too, has committed, and
+// its jobs are counted. Every running job holds its slot, a lease that expired too, until it
+// settles or the reaper takes it back: a heartbeat can revive an expired lease. $1 = queue.
 JOBCAP_STATEMENT(lock_capped_queue,
                  "SELECT q.paused, q.max_running, q.rate_limit, q.rate_period,"
                  "   q.max_running_per_key, q.fairness = 'round_robin' FROM jobcap.queues q"
@@ -266,8 +268,8 @@ JOBCAP_STATEMENT(lock_capped_queue_0_2,
                  " FROM jobcap.queues q WHERE q.queue = $1 FOR NO KEY UPDATE OF q",
                  {TEXTOID});
 
-// A keyed queue's running jobs per concurrency key (keys, counts; NULL for none), read under
-// its row lock with a fresh snapshot, as count_running. $1 = queue.
+// A keyed queue's running jobs per concurrency key (keys, counts; NULL for none), read under its
+// row lock with a fresh snapshot, as count_running.
 JOBCAP_STATEMENT(count_running_keys,
                  "SELECT array_agg(c.k), array_agg(c.n) FROM (SELECT j.concurrency_key,"
                  "   count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1"
@@ -280,8 +282,7 @@ JOBCAP_STATEMENT(read_turn,
                  {TEXTOID});
 
 // A rate-limited queue's window, read under its row lock with a fresh snapshot (the charges of
-// every claim that went before have committed), and charged with what this claim took. $1 =
-// queue.
+// every claim that went before have committed), and charged with what this claim took.
 JOBCAP_STATEMENT(
     read_rate, "SELECT r.slot_us, r.newest, r.counts FROM jobcap.queue_rates r WHERE r.queue = $1",
     {TEXTOID});
@@ -292,14 +293,13 @@ JOBCAP_STATEMENT(
     " SET slot_us = excluded.slot_us, newest = excluded.newest, counts = excluded.counts",
     {TEXTOID, INT8OID, INT8OID, INT4ARRAYOID});
 
-JOBCAP_STATEMENT(count_running,
-                 "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
-                 "   AND j.queue = $1",
-                 {TEXTOID});
+JOBCAP_STATEMENT(
+    count_running,
+    "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1",
+    {TEXTOID});
 
 // After a claim of queue $1 found nothing: the queue's controls (paused; a cap, NULL when it has
-// none: neither max_running nor rate_limit), and whether the caller ($2) may work it. No row: no
-// such queue.
+// none), and whether the caller ($2) may work it. No row: no such queue.
 #define QUEUE_CONTROLS(CAPPED)                                                                     \
     "SELECT q.paused, " CAPPED ", " JOBCAP_MAY_WORK("$2", "$1") " FROM jobcap.queues q"             \
                                                               " WHERE q.queue = $1"
@@ -330,8 +330,7 @@ struct Room {
     bool rated;  // a rate limit applies: charge window with what the claim took
     bool moved;  // the window was kept in another slot width (rate_period changed): write it
     core::RateWindow window;
-    // A max_running_per_key or round-robin fairness applies: the claim is claim_job_keyed's.
-    bool keyed, round_robin;
+    bool keyed, round_robin;    // a per-key limit or round-robin: claim_job_keyed claims
     int32 per_key;              // 0: none
     Datum keys, counts;         // the running jobs per key ((Datum) 0: none)
     bool no_turn, no_last_key;  // round-robin: no turn written yet; last_key NULL
@@ -364,6 +363,7 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
         return r;
     if (DatumGetBool(result_column(0, 1)))
         return r;
+    take_exclusive_claim_turn(queue);
     bool uncapped = false, unrated = false, unkeyed = false;
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     int32 limit = DatumGetInt32(result_column(0, 3, &unrated));

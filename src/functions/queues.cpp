@@ -87,7 +87,7 @@ JOBCAP_STATEMENT(update_queue_0_1,
                  {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID});
 
 // pause_queue and resume_queue: the flag as it was, under the row lock (a capped queue's claim
-// in flight holds it: the change waits for that claim to commit).
+// in flight holds it, or its claim turn: the change waits for that claim to commit).
 JOBCAP_STATEMENT(lock_paused, "SELECT paused FROM jobcap.queues WHERE queue = $1 FOR NO KEY UPDATE",
                  {TEXTOID});
 
@@ -280,6 +280,7 @@ bool set_queue_paused(Access& access, NameArg queue, bool paused)
     spi_open(access);
     if (execute(lock_paused, q, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
+    take_exclusive_claim_turn(queue.datum);
     bool changed = DatumGetBool(result_column(0, 1)) != paused;
     if (changed)
         execute(set_paused, p, SPI_OK_UPDATE);
@@ -329,6 +330,7 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
     spi_open(access);
     if (execute(lock_queue, lock, SPI_OK_SELECT) == 0)
         raise_unknown_queue(q.queue.cstr);
+    take_exclusive_claim_turn(q.queue.datum);
     check_backoff(q.no_backoff_base ? result_column(0, 1) : q.backoff_base,
                   q.no_backoff_max ? result_column(0, 2) : q.backoff_max);
     // compat(0.1.0): the 0.1.0 declaration's update, without max_running. compat(0.2.0): the

@@ -11,15 +11,38 @@ namespace {
 
 constexpr uint32 kLockKey1 = 1785684593;  // 'jobq'
 constexpr uint16 kLockSubId = 4;          // the reaper's lock is 3 (src/background/reaper.cpp)
+constexpr uint16 kTurnSubId = 5;
+constexpr uint16 kSlotSubId = 6;
+
+uint32 name_hash(Datum queue)
+{
+    text* name = DatumGetTextPP(queue);
+    return DatumGetUInt32(hash_any(reinterpret_cast<const unsigned char*>(VARDATA_ANY(name)),
+                                   VARSIZE_ANY_EXHDR(name)));
+}
 
 void lock_queue(Datum queue, LOCKMODE mode)
 {
-    text* name = DatumGetTextPP(queue);
-    uint32 hash = DatumGetUInt32(hash_any(reinterpret_cast<const unsigned char*>(VARDATA_ANY(name)),
-                                          VARSIZE_ANY_EXHDR(name)));
     LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kLockKey1, hash, kLockSubId);
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kLockKey1, name_hash(queue), kLockSubId);
     (void) LockAcquire(&tag, mode, false, false);
+}
+
+LOCKTAG turn_tag(Datum queue)
+{
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kLockKey1, name_hash(queue), kTurnSubId);
+    return tag;
+}
+
+// Slot s of queue: two names sharing a hash share their slots (then fewer shared claims of each
+// run at once, nothing more).
+LOCKTAG slot_tag(Datum queue, int slot)
+{
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, name_hash(queue), static_cast<uint32>(slot),
+                         kSlotSubId);
+    return tag;
 }
 
 }  // namespace
@@ -37,6 +60,41 @@ void lock_queue_for_create(Datum queue)
 void lock_queue_for_drop(Datum queue)
 {
     lock_queue(queue, ExclusiveLock);
+}
+
+int take_shared_claim_turn(Datum queue)
+{
+    LOCKTAG turn = turn_tag(queue);
+    if (LockAcquire(&turn, ShareLock, false, false) != LOCKACQUIRE_OK) {
+        // A second claim of the queue in this transaction: its first one's jobs are in flight
+        // under the slot it holds, so another batch would exceed what a slot stands for.
+        LockRelease(&turn, ShareLock, false);
+        return -1;
+    }
+    // Each process starts at a slot of its own, so that claimers seldom try a taken one.
+    int first = MyProcPid % kClaimSlots;
+    for (int i = 0; i < kClaimSlots; ++i) {
+        int slot = (first + i) % kClaimSlots;
+        LOCKTAG tag = slot_tag(queue, slot);
+        if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+            return slot;
+    }
+    LockRelease(&turn, ShareLock, false);
+    return -1;
+}
+
+void give_back_shared_claim_turn(Datum queue, int slot)
+{
+    LOCKTAG tag = slot_tag(queue, slot);
+    LockRelease(&tag, ExclusiveLock, false);
+    LOCKTAG turn = turn_tag(queue);
+    LockRelease(&turn, ShareLock, false);
+}
+
+void take_exclusive_claim_turn(Datum queue)
+{
+    LOCKTAG turn = turn_tag(queue);
+    (void) LockAcquire(&turn, ExclusiveLock, false, false);
 }
 
 }  // namespace jobcap

@@ -21,4 +21,29 @@ void lock_queue_for_create(Datum queue);
 // drop_queue: waits for every transaction that inserted into queue and has not ended.
 void lock_queue_for_drop(Datum queue);
 
+// The claim turn of a queue whose limit is max_running (a tag of its own, objsubid 5, held to
+// the end of the transaction). A capped queue's claims used to take turns on its row, one at a
+// time, even with the limit far above the load, and so claimed at half an open queue's rate.
+// Now a claim far enough below max_running takes the turn SHARED, together with one of
+// kClaimSlots slots (tags with objsubid 6, EXCLUSIVE, never waited for), claims at most
+// kSharedClaimBatch jobs, and counts the queue's running jobs in a snapshot taken after both:
+// at most kClaimSlots such claims are in flight at once, so while the running jobs it counted
+// are at least kClaimSlots x kSharedClaimBatch below max_running, none of them can take the
+// queue past it, whatever the others counted (src/direct/claim.cpp). Every other claim of a
+// capped queue takes the turn EXCLUSIVE (functions/claim.cpp), after the queue's row lock: it
+// waits for the shared claims in flight, and its count, in a snapshot taken after, sees what
+// they claimed; shared claims that come later wait for it. alter_queue, pause_queue and
+// resume_queue take it EXCLUSIVE too, so a change of the queue's settings waits for the
+// claims made under the old ones.
+constexpr int kClaimSlots = 16;
+constexpr int kSharedClaimBatch = 32;
+constexpr int kSharedClaimRoom = kClaimSlots * kSharedClaimBatch;
+
+// The shared turn and a free slot: the slot's number, or -1 (holding neither) when every slot
+// is taken.
+int take_shared_claim_turn(Datum queue);
+// Gives both back, for a claim that took nothing under them.
+void give_back_shared_claim_turn(Datum queue, int slot);
+void take_exclusive_claim_turn(Datum queue);
+
 }  // namespace jobcap

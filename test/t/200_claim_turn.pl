@@ -1,0 +1,74 @@
+# The claim turn of a queue whose one limit is max_running (src/spi/queue_lock.hpp), on the
+# direct path. Far below the limit claims take the turn shared and do not wait for each other;
+# near it they take turns. Then the bound at its edge: 24 clients claim batches of 32 (each
+# transaction held 20 ms, so more claims are in flight than there are slots) from a queue whose
+# max_running is 100 + 16 x 32, where every claim is shared until 100 run: none completes, so
+# the running jobs at the end are the most that ever ran, and they must be exactly the limit.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use JobcapTest;
+
+my $node = jobcap_node('claim_turn', max_connections => 40);
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION jobcap;
+	SELECT jobcap.create_queue('wide', max_running => 100000);
+	SELECT jobcap.create_queue('narrow', max_running => 600);
+	SELECT jobcap.enqueue_jobs('wide', array_fill('{}'::jsonb, ARRAY[100]));
+	SELECT jobcap.enqueue_jobs('narrow', array_fill('{}'::jsonb, ARRAY[200]));
+});
+
+# The advisory locks (objsubid 5: turn, 6: slot) a session holds, as "mode/objsubid".
+sub turn_locks
+{
+	my ($pid) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT string_agg(mode || '/' || objsubid, ',' ORDER BY objsubid)
+		  FROM pg_locks WHERE pid = $pid AND locktype = 'advisory' AND objsubid IN (5, 6) AND granted});
+}
+
+my $holder = $node->background_psql('postgres');
+my $pid = $holder->query_safe('SELECT pg_backend_pid()');
+
+# Far below its limit: the claim holds the shared turn and a slot; another claim does not wait.
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('wide', 'h', 1)});
+is(turn_locks($pid), 'ShareLock/5,ExclusiveLock/6', 'a claim far below max_running holds the shared turn and a slot');
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '2s'; SELECT count(*) FROM jobcap.claim_job('wide', 'o', 1)});
+is("$rc $out", '0 1', 'another claim of the queue does not wait for it');
+$holder->query_safe('COMMIT');
+
+# Near the limit (600 - 512 < 100 running after this fill): exclusive, and the next one waits.
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('narrow', 'f', 100)});
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('narrow', 'h', 1)});
+is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near max_running takes the turn exclusive');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '500ms'; SELECT count(*) FROM jobcap.claim_job('narrow', 'o', 1)});
+like($err, qr/lock timeout/, 'another claim waits for it');
+$holder->query_safe('COMMIT');
+$holder->quit;
+
+# The edge.
+my $limit = 100 + 16 * 32;
+$node->safe_psql('postgres', qq{
+	SELECT jobcap.create_queue('edge', max_running => $limit);
+	SELECT jobcap.enqueue_jobs('edge', array_fill('{}'::jsonb, ARRAY[3000]));
+});
+my $script = $node->basedir . '/edge.pgbench';
+open my $fh, '>', $script or die $!;
+print $fh "BEGIN;\nSELECT count(*) FROM jobcap.claim_job('edge', 'edge', 32);\n"
+  . "SELECT pg_sleep(0.02);\nCOMMIT;\n";
+close $fh;
+$node->command_ok(
+	[ $node->installed_command('pgbench'), '-n', '-c', '24', '-j', '2', '-t', '10',
+	  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'24 clients claim batches of 32');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FILTER (WHERE state = 'running') || ' ' || max(attempts)
+		    FROM jobcap.jobs WHERE queue = 'edge'}),
+	"$limit 1", "exactly max_running ($limit) jobs run, none claimed twice");
+
+done_testing();
