@@ -30,24 +30,58 @@ bool running_at_most(Op& op, Datum queue, int64 limit)
     return running <= limit;
 }
 
-// A queue whose one limit is max_running, with at least kSharedClaimRoom more jobs allowed to
-// run than run now: the claim takes the shared turn (spi/queue_lock.hpp) and claims as an open
-// queue's, with a snapshot taken after the turn, in which *q is read again. Returns the slot it
-// holds, or -1 (holding nothing) when the SQL path must decide: the queue is near its limit,
-// its settings changed, every slot is taken, or the batch is too large for a slot.
+// Whether a claim of batch jobs of the queue whose row is q, read in op's snapshot taken after
+// the shared turn, may run under it: max_running is its one limit and at least kSharedClaimRoom
+// more jobs may run than run now.
+bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q)
+{
+    return !q.paused && q.only_max_running && batch <= kSharedClaimBatch &&
+           running_at_most(op, queue, static_cast<int64>(q.max_running) - kSharedClaimRoom);
+}
+
+// A capped queue's claim: the slot of the shared turn it took (spi/queue_lock.hpp), with *q
+// read again in a snapshot taken after it, or -1 (holding nothing) when the SQL path must
+// decide: the queue is near its limit or has another limit, every slot is taken, or the batch
+// is too large for a slot.
 int take_shared_turn(Op& op, Datum queue, int batch, QueueRow* q)
 {
-    if (!q->only_max_running || batch > kSharedClaimBatch || !OidIsValid(shape.jobs_running))
+    if (!q->only_max_running || q->max_running < kSharedClaimRoom || batch > kSharedClaimBatch ||
+        !OidIsValid(shape.jobs_running))
         return -1;
     int slot = take_shared_claim_turn(queue);
     if (slot < 0)
         return -1;
     fresh_snapshot(op);
-    if (read_queue(op, queue, q) && !q->paused && q->only_max_running &&
-        running_at_most(op, queue, static_cast<int64>(q->max_running) - kSharedClaimRoom))
+    if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q))
         return slot;
     give_back_shared_claim_turn(queue, slot);
     return -1;
+}
+
+// The queue this process last claimed from under a shared turn (in TopMemoryContext; nullptr:
+// none). Its next claim takes the turn before its snapshot, so one reading of the queue's row
+// serves, instead of a reading, the turn and a second reading.
+text* shared_last = nullptr;
+
+bool is_shared_last(Datum queue)
+{
+    return shared_last != nullptr &&
+           DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, queue,
+                                                PointerGetDatum(shared_last)));
+}
+
+void remember_shared(Datum queue, bool shared)
+{
+    if (shared == is_shared_last(queue))
+        return;
+    if (shared_last != nullptr)
+        pfree(shared_last);
+    shared_last = nullptr;
+    if (shared)
+        shared_last = static_cast<text*>(
+            MemoryContextAlloc(TopMemoryContext, VARSIZE_ANY(DatumGetPointer(queue))));
+    if (shared)
+        memcpy(shared_last, DatumGetPointer(queue), VARSIZE_ANY(DatumGetPointer(queue)));
 }
 
 }  // namespace
@@ -58,12 +92,27 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out)
     TimestampTz now = call.now;
     Op op;
     begin(op);
+    // A queue claimed under a shared turn before: the turn, then a snapshot to read its row in.
+    int turn = -1;
+    if (call.batch <= kSharedClaimBatch && OidIsValid(shape.jobs_running) &&
+        is_shared_last(queue)) {
+        turn = take_shared_claim_turn(queue);
+        if (turn >= 0)
+            fresh_snapshot(op);
+    }
 
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
     QueueRow q;
     bool open = read_queue(op, queue, &q) && !q.paused && may_work(access, queue, op.snapshot);
-    if (open && q.limited)
-        open = take_shared_turn(op, queue, call.batch, &q) >= 0;
+    if (turn >= 0 && !(open && room_for_shared(op, queue, call.batch, q))) {
+        give_back_shared_claim_turn(queue, turn);
+        turn = -1;
+        open = open && !q.limited;
+    } else if (turn < 0 && open && q.limited) {
+        turn = take_shared_turn(op, queue, call.batch, &q);
+        open = turn >= 0;
+    }
+    remember_shared(queue, turn >= 0);
     if (!open) {
         end(op);
         elog(DEBUG2,

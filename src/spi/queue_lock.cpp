@@ -65,7 +65,12 @@ void lock_queue_for_drop(Datum queue)
 int take_shared_claim_turn(Datum queue)
 {
     LOCKTAG turn = turn_tag(queue);
-    if (LockAcquire(&turn, ShareLock, false, false) != LOCKACQUIRE_OK) {
+    // Not waited for: while an exclusive claim holds or awaits the turn, this claim joins the
+    // exclusive ones in the queue's row lock, so that they keep the order they came in.
+    LockAcquireResult got = LockAcquire(&turn, ShareLock, false, true);
+    if (got == LOCKACQUIRE_NOT_AVAIL)
+        return -1;
+    if (got != LOCKACQUIRE_OK) {
         // A second claim of the queue in this transaction: its first one's jobs are in flight
         // under the slot it holds, so another batch would exceed what a slot stands for.
         LockRelease(&turn, ShareLock, false);

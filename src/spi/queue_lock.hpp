@@ -39,8 +39,8 @@ constexpr int kClaimSlots = 16;
 constexpr int kSharedClaimBatch = 32;
 constexpr int kSharedClaimRoom = kClaimSlots * kSharedClaimBatch;
 
-// The shared turn and a free slot: the slot's number, or -1 (holding neither) when every slot
-// is taken.
+// The shared turn and a free slot, neither waited for: the slot's number, or -1 (holding
+// neither) when an exclusive claim holds or awaits the turn, or every slot is taken.
 int take_shared_claim_turn(Datum queue);
 // Gives both back, for a claim that took nothing under them.
 void give_back_shared_claim_turn(Datum queue, int slot);
