@@ -251,8 +251,8 @@ JOBCAP_STATEMENT(claim_job_by_id_0_1,
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INT8OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
 
-// A capped queue's claims take turns on its row (held to commit; pause_queue and alter_queue
-// wait for it too) and on its claim turn, exclusive (spi/queue_lock.hpp), then count its running
+// A capped queue's claims take its claim turn exclusive (spi/queue_lock.hpp), then its row lock
+// (both held to commit; pause_queue and alter_queue take them too), then count its running
 // jobs with a fresh snapshot: every claim that went before, shared ones too, has committed, and
 // its jobs are counted. Every running job holds its slot, a lease that expired too, until it
 // settles or the reaper takes it back: a heartbeat can revive an expired lease. $1 = queue.
@@ -358,12 +358,12 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     Room r = {};
     Params p;
     p.add(queue);
+    take_exclusive_claim_turn(queue);
     if (execute(flow ? statements::lock_capped_queue : statements::lock_capped_queue_0_2, p,
                 SPI_OK_SELECT) == 0)
         return r;
     if (DatumGetBool(result_column(0, 1)))
         return r;
-    take_exclusive_claim_turn(queue);
     bool uncapped = false, unrated = false, unkeyed = false;
     int32 cap = DatumGetInt32(result_column(0, 2, &uncapped));
     int32 limit = DatumGetInt32(result_column(0, 3, &unrated));

@@ -278,9 +278,9 @@ bool set_queue_paused(Access& access, NameArg queue, bool paused)
     Params q;
     q.add(queue.datum);
     spi_open(access);
+    take_exclusive_claim_turn(queue.datum);
     if (execute(lock_paused, q, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
-    take_exclusive_claim_turn(queue.datum);
     bool changed = DatumGetBool(result_column(0, 1)) != paused;
     if (changed)
         execute(set_paused, p, SPI_OK_UPDATE);
@@ -328,9 +328,9 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
     lock.add(q.queue.datum);
 
     spi_open(access);
+    take_exclusive_claim_turn(q.queue.datum);
     if (execute(lock_queue, lock, SPI_OK_SELECT) == 0)
         raise_unknown_queue(q.queue.cstr);
-    take_exclusive_claim_turn(q.queue.datum);
     check_backoff(q.no_backoff_base ? result_column(0, 1) : q.backoff_base,
                   q.no_backoff_max ? result_column(0, 2) : q.backoff_max);
     // compat(0.1.0): the 0.1.0 declaration's update, without max_running. compat(0.2.0): the

@@ -67,22 +67,21 @@ int take_shared_claim_turn(Datum queue)
     LOCKTAG turn = turn_tag(queue);
     // Not waited for: while an exclusive claim holds or awaits the turn, this claim joins the
     // exclusive ones in the queue's row lock, so that they keep the order they came in.
-    LockAcquireResult got = LockAcquire(&turn, ShareLock, false, true);
-    if (got == LOCKACQUIRE_NOT_AVAIL)
+    // (Held by this transaction already, from an earlier claim: granted again.)
+    if (LockAcquire(&turn, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
         return -1;
-    if (got != LOCKACQUIRE_OK) {
-        // A second claim of the queue in this transaction: its first one's jobs are in flight
-        // under the slot it holds, so another batch would exceed what a slot stands for.
-        LockRelease(&turn, ShareLock, false);
-        return -1;
-    }
-    // Each process starts at a slot of its own, so that claimers seldom try a taken one.
+    // Each process starts at a slot of its own, so that claimers seldom try a taken one. A slot
+    // this transaction holds already stands for an earlier claim's jobs, still in flight: each
+    // claim takes a slot of its own.
     int first = MyProcPid % kClaimSlots;
     for (int i = 0; i < kClaimSlots; ++i) {
         int slot = (first + i) % kClaimSlots;
         LOCKTAG tag = slot_tag(queue, slot);
-        if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+        LockAcquireResult got = LockAcquire(&tag, ExclusiveLock, false, true);
+        if (got == LOCKACQUIRE_OK)
             return slot;
+        if (got != LOCKACQUIRE_NOT_AVAIL)
+            LockRelease(&tag, ExclusiveLock, false);
     }
     LockRelease(&turn, ShareLock, false);
     return -1;

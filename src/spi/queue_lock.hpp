@@ -29,12 +29,16 @@ void lock_queue_for_drop(Datum queue);
 // kSharedClaimBatch jobs, and counts the queue's running jobs in a snapshot taken after both:
 // at most kClaimSlots such claims are in flight at once, so while the running jobs it counted
 // are at least kClaimSlots x kSharedClaimBatch below max_running, none of them can take the
-// queue past it, whatever the others counted (src/direct/claim.cpp). Every other claim of a
-// capped queue takes the turn EXCLUSIVE (functions/claim.cpp), after the queue's row lock: it
+// queue past it, whatever the others counted (src/direct/claim.cpp). A transaction may claim
+// the queue so more than once: each claim takes a slot of its own. Every other claim of a
+// capped queue takes the turn EXCLUSIVE (functions/claim.cpp), then the queue's row lock: it
 // waits for the shared claims in flight, and its count, in a snapshot taken after, sees what
-// they claimed; shared claims that come later wait for it. alter_queue, pause_queue and
-// resume_queue take it EXCLUSIVE too, so a change of the queue's settings waits for the
-// claims made under the old ones.
+// they claimed; shared claims that come later do not wait for it, they join it on the SQL
+// path. alter_queue, pause_queue and resume_queue take it EXCLUSIVE too, so a change of the
+// queue's settings waits for the claims made under the old ones. The turn always comes before
+// the row: a transaction that holds the turn shared (it claimed) and then needs the row (it
+// claims near the limit, pauses the queue) never waits for a holder of the row that waits for
+// it (a lock manager puts an upgrade ahead of the waiters it blocks).
 constexpr int kClaimSlots = 16;
 constexpr int kSharedClaimBatch = 32;
 constexpr int kSharedClaimRoom = kClaimSlots * kSharedClaimBatch;

@@ -39,7 +39,27 @@ is(turn_locks($pid), 'ShareLock/5,ExclusiveLock/6', 'a claim far below max_runni
 my ($rc, $out, $err) = $node->psql('postgres',
 	q{SET lock_timeout = '2s'; SELECT count(*) FROM jobcap.claim_job('wide', 'o', 1)});
 is("$rc $out", '0 1', 'another claim of the queue does not wait for it');
+# A second claim in the same transaction takes a slot of its own (each slot stands for one
+# claim's jobs in flight), and still nobody waits.
+$holder->query_safe(q{SELECT count(*) FROM jobcap.claim_job('wide', 'h', 1)});
+is(turn_locks($pid), 'ShareLock/5,ExclusiveLock/6,ExclusiveLock/6', 'a second claim holds a second slot');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '2s'; SELECT count(*) FROM jobcap.claim_job('wide', 'o', 1)});
+is("$rc $out", '0 1', 'another claim still does not wait');
 $holder->query_safe('COMMIT');
+
+# Two workers that each claim twice in one transaction, interleaved: no deadlock (the first
+# claims are shared; so are the second ones, each under a slot of its own).
+my $other = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('wide', 'h', 1)});
+$other->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('wide', 'o', 1)});
+$holder->query_safe(q{SELECT count(*) FROM jobcap.claim_job('wide', 'h', 1)});
+$other->query_safe(q{SELECT count(*) FROM jobcap.claim_job('wide', 'o', 1)});
+$holder->query_safe('COMMIT');
+$other->query_safe('COMMIT');
+$other->quit;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.jobs WHERE queue = 'wide' AND state = 'running'}),
+	'8', 'both workers\' two claims went through');
 
 # Near the limit (600 - 512 < 100 running after this fill): exclusive, and the next one waits.
 $node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('narrow', 'f', 100)});
