@@ -141,6 +141,19 @@ SELECT cardinality(jobcap.enqueue_jobs('enq_direct', ARRAY['{"g": 1}', '{"g": 2}
          priority => 1)) AS enqueued;
 RESET client_min_messages;
 SELECT cardinality(jobcap.enqueue_jobs('enq_direct', ARRAY['{"g": 3}']::jsonb[])) AS enqueued;
+-- Predicates that read the columns in which a batch's rows differ (payload, job_id,
+-- concurrency_key) are evaluated for each row; the others once per batch.
+CREATE INDEX enq_pad ON jobcap.jobs (job_id) WHERE payload ? 'pad';
+CREATE INDEX enq_even ON jobcap.jobs (job_id) WHERE job_id % 2 = 0;
+CREATE INDEX enq_key ON jobcap.jobs (job_id) WHERE concurrency_key = 'k1';
+SELECT cardinality(jobcap.enqueue_jobs('enq_direct',
+         ARRAY['{"h": 1}', '{"pad": 1}', '{"h": 2}', '{"pad": 2}', '{"h": 3}']::jsonb[],
+         concurrency_keys => ARRAY['k0', 'k1', 'k1', NULL, 'k0'])) AS enqueued;
+SET enable_seqscan = off;
+SELECT count(*) FILTER (WHERE payload ? 'pad') AS pad, count(*) FILTER (WHERE job_id % 2 = 0) > 0 AS even,
+       count(*) FILTER (WHERE concurrency_key = 'k1') AS k1
+  FROM jobcap.jobs WHERE queue = 'enq_direct' AND payload ?| ARRAY['h', 'pad'];
+RESET enable_seqscan;
 SELECT count(*) AS checked FROM (
     SELECT bt_index_check(i.indexrelid, true)
       FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -149,7 +162,7 @@ SELECT count(*) AS checked FROM (
 SET enable_seqscan = off;
 SELECT count(*) AS via_partial_index FROM jobcap.jobs WHERE priority > 0 AND queue = 'enq_direct';
 RESET enable_seqscan;
-DROP INDEX jobcap.enq_priority, jobcap.enq_run_at;
+DROP INDEX jobcap.enq_priority, jobcap.enq_run_at, jobcap.enq_pad, jobcap.enq_even, jobcap.enq_key;
 
 SELECT jobcap.drop_queue('enq_direct', force => true), jobcap.drop_queue('enq_sql', force => true);
 DROP PROCEDURE public.enq_both(text);

@@ -49,6 +49,10 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
     MemoryContext rows =
         AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows", ALLOCSET_DEFAULT_SIZES);
+    // The rows differ in these columns only: a partial index's predicate that reads none of them
+    // (jobs_waiting's, jobs_start_by's, ...) is evaluated for the first row alone.
+    AttrNumber varying[3] = {shape.job[kJobId], shape.job[kPayload], shape.concurrency_key};
+    PredicateMemo memo = predicate_memo(varying, 3);
     for (int first = 0; first < n; first += chunk) {
         int count = Min(chunk, n - first);
         MemoryContext caller = MemoryContextSwitchTo(rows);
@@ -68,7 +72,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         MemoryContextSwitchTo(caller);
         for (int i = 0; i < count; ++i) {
             if (op.opened != nullptr)
-                insert_index_entries(op, slots[i], false);
+                insert_index_entries(op, slots[i], false, &memo);
             else if (op.result->ri_NumIndices > 0)
                 jobcap_insert_index_tuples_new(op.result, slots[i], op.estate);
             ResetExprContext(GetPerTupleExprContext(op.estate));

@@ -15,13 +15,14 @@ namespace {
 // exclusion constraint (jobcap's own are): the direct path then evaluates each predicate first
 // and opens and inserts into only the indexes the new version belongs in. Otherwise (an index a
 // DBA added of another kind) ExecOpenIndices and ExecInsertIndexTuples do it all, per call.
-constexpr int kMaxCachedIndexes = 32;
 struct Indexes {
     bool valid;
     bool cached;
     int count;
     Oid oids[kMaxCachedIndexes];
     IndexInfo* infos[kMaxCachedIndexes];
+    // The columns each predicate reads (pull_varattnos' numbering; nullptr: no predicate).
+    Bitmapset* predicate_reads[kMaxCachedIndexes];
 };
 Indexes indexes;
 MemoryContext index_context = nullptr;
@@ -66,6 +67,13 @@ void learn_indexes(Relation jobs)
         MemoryContextSwitchTo(caller);
         cached = index->rd_rel->relam == BTREE_AM_OID && index->rd_index->indimmediate &&
                  info->ii_ExclusionOps == nullptr && (info->ii_Expressions == NIL || hashed);
+        Bitmapset* reads = nullptr;
+        if (info->ii_Predicate != NIL) {
+            MemoryContext c = MemoryContextSwitchTo(index_context);
+            pull_varattnos(reinterpret_cast<Node*>(info->ii_Predicate), 1, &reads);
+            MemoryContextSwitchTo(c);
+        }
+        indexes.predicate_reads[indexes.count] = reads;
         indexes.oids[indexes.count] = RelationGetRelid(index);
         indexes.infos[indexes.count++] = info;
         index_close(index, AccessShareLock);
@@ -196,7 +204,22 @@ NewRow new_row(int natts, const Datum* defaults, const bool* default_nulls)
     return row;
 }
 
-void insert_index_entries(Op& op, TupleTableSlot* slot, bool update)
+PredicateMemo predicate_memo(const AttrNumber* varying, int n)
+{
+    PredicateMemo memo;
+    memo.varying = nullptr;
+    // A whole-row reference reads every column.
+    memo.varying = bms_add_member(memo.varying, 0 - FirstLowInvalidHeapAttributeNumber);
+    for (int i = 0; i < n; ++i)
+        if (varying[i] != InvalidAttrNumber)
+            memo.varying =
+                bms_add_member(memo.varying, varying[i] - FirstLowInvalidHeapAttributeNumber);
+    for (int i = 0; i < kMaxCachedIndexes; ++i)
+        memo.passes[i] = -1;
+    return memo;
+}
+
+void insert_index_entries(Op& op, TupleTableSlot* slot, bool update, PredicateMemo* memo)
 {
     ExprContext* econtext = GetPerTupleExprContext(op.estate);
     econtext->ecxt_scantuple = slot;
@@ -204,8 +227,18 @@ void insert_index_entries(Op& op, TupleTableSlot* slot, bool update)
         IndexInfo* info = indexes.infos[i];
         if (!info->ii_ReadyForInserts)
             continue;
-        if (info->ii_Predicate != NIL && !ExecQual(info->ii_PredicateState, econtext))
-            continue;
+        if (info->ii_Predicate != NIL) {
+            bool passes = memo != nullptr && memo->passes[i] >= 0
+                              ? memo->passes[i] == 1
+                              : ExecQual(info->ii_PredicateState, econtext);
+            // Immutable, and reading none of the columns in which the rows differ: the same
+            // for every row of the run.
+            if (memo != nullptr && memo->passes[i] < 0 &&
+                !bms_overlap(indexes.predicate_reads[i], memo->varying))
+                memo->passes[i] = passes ? 1 : 0;
+            if (!passes)
+                continue;
+        }
         bool unchanged = update && info->ii_Expressions == NIL;
         for (int k = 0; unchanged && k < info->ii_NumIndexAttrs; ++k) {
             AttrNumber a = info->ii_IndexAttrNumbers[k];

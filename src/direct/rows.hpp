@@ -133,11 +133,24 @@ Relation open_index(Op& op, Oid index);
 // A new row of natts columns set to their defaults (palloc'd in the current memory context).
 NewRow new_row(int natts, const Datum* defaults, const bool* default_nulls);
 
+// At most this many indexes on jobcap.jobs are cached (rows.cpp); with more, the executor's
+// ExecOpenIndices and ExecInsertIndexTuples insert the index entries.
+constexpr int kMaxCachedIndexes = 32;
+
+// For a run of new rows that differ only in the columns varying: the result of each partial
+// index's predicate that reads none of them, learnt from the run's first row (1 passes, 0 not,
+// -1 not known).
+struct PredicateMemo {
+    Bitmapset* varying;
+    int8 passes[kMaxCachedIndexes];
+};
+PredicateMemo predicate_memo(const AttrNumber* varying, int n);
+
 // ExecInsertIndexTuples for the cached indexes: the new version (slot) goes into each index
-// whose predicate it passes. After an update, an index none of whose columns it replaced is
-// hinted as unchanged (bottom-up deletion of the old version's duplicates, as the executor
-// hints); a new row's entries never are.
-void insert_index_entries(Op& op, TupleTableSlot* slot, bool update);
+// whose predicate it passes (memo: the run's predicates known so far, or nullptr). After an
+// update, an index none of whose columns it replaced is hinted as unchanged (bottom-up deletion
+// of the old version's duplicates, as the executor hints); a new row's entries never are.
+void insert_index_entries(Op& op, TupleTableSlot* slot, bool update, PredicateMemo* memo = nullptr);
 
 // Whether caller may work queue: privileged, or a grant of the queue names a role whose
 // privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).
