@@ -49,8 +49,10 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
     MemoryContext rows =
         AllocSetContextCreate(CurrentMemoryContext, "jobcap enqueue rows", ALLOCSET_DEFAULT_SIZES);
-    // The rows differ in these columns only: a partial index's predicate that reads none of them
-    // (jobs_waiting's, jobs_start_by's, ...) is evaluated for the first row alone.
+    // The rows differ in these columns only (the ones the loop below sets; every other column is
+    // set once above or is a constant default): a partial index's predicate that reads none of
+    // them (jobs_waiting's, jobs_start_by's, ...) is evaluated for the first row alone. A column
+    // set per row below must be listed here.
     AttrNumber varying[3] = {shape.job[kJobId], shape.job[kPayload], shape.concurrency_key};
     PredicateMemo memo = predicate_memo(varying, 3);
     for (int first = 0; first < n; first += chunk) {
@@ -81,6 +83,7 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
         MemoryContextReset(rows);
     }
     MemoryContextDelete(rows);
+    bms_free(memo.varying);
     for (int i = 0; i < chunk; ++i)
         ExecDropSingleTupleTableSlot(slots[i]);
     pfree(slots);
