@@ -77,11 +77,11 @@ void remember_shared(Datum queue, bool shared)
     if (shared_last != nullptr)
         pfree(shared_last);
     shared_last = nullptr;
-    if (shared)
-        shared_last = static_cast<text*>(
-            MemoryContextAlloc(TopMemoryContext, VARSIZE_ANY(DatumGetPointer(queue))));
-    if (shared)
-        memcpy(shared_last, DatumGetPointer(queue), VARSIZE_ANY(DatumGetPointer(queue)));
+    if (shared) {
+        Size size = VARSIZE_ANY(DatumGetPointer(queue));
+        shared_last = static_cast<text*>(MemoryContextAlloc(TopMemoryContext, size));
+        memcpy(shared_last, DatumGetPointer(queue), size);
+    }
 }
 
 }  // namespace
