@@ -10,8 +10,8 @@
 // queue with max_running, rate_limit or max_running_per_key hands out only what fits. The common
 // case (none) costs one one-time filter on the queue's row. A claim far below a max_running that
 // is the queue's one limit runs as an open queue's, under a shared claim turn (queue_lock.hpp).
-// Any other capped claim locks the queue's row and takes the turn exclusive (after the shared
-// claims in flight), counts the queue's running jobs (per concurrency key too) and reads its
+// Any other capped claim takes the turn exclusive (after the shared claims in flight), then the
+// queue's row lock, counts the queue's running jobs (per concurrency key too) and reads its
 // rate window (core/flow.hpp) with a fresh snapshot, claims at most what all allow, and charges
 // the window with what it claimed, in its own transaction. Round-robin fairness is a capped
 // queue's too: its claim reads and writes the queue's turn (jobcap.queue_turns) under the lock.
