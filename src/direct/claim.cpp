@@ -31,12 +31,14 @@ bool running_at_most(Op& op, Datum queue, int64 limit)
 }
 
 // Whether a claim of batch jobs of the queue whose row is q, read in op's snapshot taken after
-// the shared turn, may run under it: max_running is its one limit and at least kSharedClaimRoom
-// more jobs may run than run now.
+// the shared turn, may run under it: its limits are max_running and max_running_per_key alone
+// and at least kSharedClaimRoom more jobs may run than run now under the smaller. A key's
+// running jobs are some of the queue's, so a per-key limit that far above the queue's running
+// jobs is one no key can reach either.
 bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q)
 {
-    return !q.paused && q.only_max_running && batch <= kSharedClaimBatch &&
-           running_at_most(op, queue, static_cast<int64>(q.max_running) - kSharedClaimRoom);
+    return !q.paused && q.shared_cap > 0 && batch <= kSharedClaimBatch &&
+           running_at_most(op, queue, static_cast<int64>(q.shared_cap) - kSharedClaimRoom);
 }
 
 // A capped queue's claim: the slot of the shared turn it took (spi/queue_lock.hpp), with *q
@@ -45,7 +47,7 @@ bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q)
 // is too large for a slot.
 int take_shared_turn(Op& op, Datum queue, int batch, QueueRow* q)
 {
-    if (!q->only_max_running || q->max_running < kSharedClaimRoom || batch > kSharedClaimBatch ||
+    if (q->shared_cap < kSharedClaimRoom || batch > kSharedClaimBatch ||
         !OidIsValid(shape.jobs_running))
         return -1;
     int slot = take_shared_claim_turn(queue);

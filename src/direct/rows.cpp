@@ -320,18 +320,23 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         };
         row->paused = DatumGetBool(at(shape.queue[kQPaused]));
         bool max_running = !null(shape.queue[kQMaxRunning]);
-        row->max_running = max_running ? DatumGetInt32(at(shape.queue[kQMaxRunning])) : 0;
         // compat(0.2.0): no rate_limit, max_running_per_key or fairness on the 0.2.0 schema.
-        bool others =
-            (shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit)) ||
-            (shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key));
-        if (!others && shape.queue_fairness != InvalidAttrNumber && !null(shape.queue_fairness)) {
+        bool rated = shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit);
+        bool keyed = shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key);
+        bool fair = false;
+        if (shape.queue_fairness != InvalidAttrNumber && !null(shape.queue_fairness)) {
             text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
                 reinterpret_cast<varlena*>(DatumGetPointer(at(shape.queue_fairness)))));
-            others = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
+            fair = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
         }
-        row->limited = max_running || others;
-        row->only_max_running = max_running && !others;
+        row->limited = max_running || rated || keyed || fair;
+        // A per-key limit of 0 is none (as the SQL path reads it); the queue's running jobs
+        // bound each key's.
+        int32 cap = max_running ? DatumGetInt32(at(shape.queue[kQMaxRunning])) : PG_INT32_MAX;
+        int32 key_cap = keyed ? DatumGetInt32(at(shape.queue_per_key)) : 0;
+        if (key_cap > 0)
+            cap = Min(cap, key_cap);
+        row->shared_cap = (max_running || key_cap > 0) && !rated && !fair ? cap : 0;
         row->cap = DatumGetInt32(at(shape.queue[kQMaxAttempts]));
         row->epoch = DatumGetInt64(at(shape.queue[kQCapEpoch]));
         bool nl = null(shape.queue[kQLease]);

@@ -52,9 +52,11 @@ struct NewRow {
 // A queue's row as the statements read it (in op's snapshot).
 struct QueueRow {
     bool paused;
-    bool limited;           // max_running, rate_limit or max_running_per_key set, or not fifo
-    bool only_max_running;  // limited by max_running alone
-    int32 max_running;      // 0: none
+    bool limited;  // max_running, rate_limit or max_running_per_key set, or not fifo
+    // The smallest of max_running and max_running_per_key when they are the queue's only limits
+    // (no rate limit, fifo), 0 otherwise: the queue's running jobs far enough below it, no key's
+    // can reach either limit, and a claim may take the shared turn (direct/claim.cpp).
+    int32 shared_cap;
     int32 cap;
     int64 epoch;
     Datum lease;  // copied

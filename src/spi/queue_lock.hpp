@@ -21,24 +21,25 @@ void lock_queue_for_create(Datum queue);
 // drop_queue: waits for every transaction that inserted into queue and has not ended.
 void lock_queue_for_drop(Datum queue);
 
-// The claim turn of a queue whose limit is max_running (a tag of its own, objsubid 5, held to
-// the end of the transaction). A capped queue's claims used to take turns on its row, one at a
-// time, even with the limit far above the load, and so claimed at half an open queue's rate.
-// Now a claim far enough below max_running takes the turn SHARED, together with one of
-// kClaimSlots slots (tags with objsubid 6, EXCLUSIVE, never waited for), claims at most
-// kSharedClaimBatch jobs, and counts the queue's running jobs in a snapshot taken after both:
-// at most kClaimSlots such claims are in flight at once, so while the running jobs it counted
-// are at least kClaimSlots x kSharedClaimBatch below max_running, none of them can take the
-// queue past it, whatever the others counted (src/direct/claim.cpp). A transaction may claim
-// the queue so more than once: each claim takes a slot of its own. Every other claim of a
-// capped queue takes the turn EXCLUSIVE (functions/claim.cpp), then the queue's row lock: it
-// waits for the shared claims in flight, and its count, in a snapshot taken after, sees what
-// they claimed; shared claims that come later do not wait for it, they join it on the SQL
-// path. alter_queue, pause_queue and resume_queue take it EXCLUSIVE too, so a change of the
-// queue's settings waits for the claims made under the old ones. The turn always comes before
-// the row: a transaction that holds the turn shared (it claimed) and then needs the row (it
-// claims near the limit, pauses the queue) never waits for a holder of the row that waits for
-// it (a lock manager puts an upgrade ahead of the waiters it blocks).
+// The claim turn of a queue whose limits are max_running and max_running_per_key (a tag of its own,
+// objsubid 5, held to the end of the transaction; a key's running jobs are some of the queue's, so
+// below, read max_running as the smaller of the two). A capped queue's claims used to take turns on
+// its row, one at a time, even with the limit far above the load, and so claimed at half an open
+// queue's rate. Now a claim far enough below max_running takes the turn SHARED, together with one
+// of kClaimSlots slots (tags with objsubid 6, EXCLUSIVE, never waited for), claims at most
+// kSharedClaimBatch jobs, and counts the queue's running jobs in a snapshot taken after both: at
+// most kClaimSlots such claims are in flight at once, so while the running jobs it counted are at
+// least kClaimSlots x kSharedClaimBatch below max_running, none of them can take the queue past it,
+// whatever the others counted (src/direct/claim.cpp). A transaction may claim the queue so more
+// than once: each claim takes a slot of its own. Every other claim of a capped queue takes the turn
+// EXCLUSIVE (functions/claim.cpp), then the queue's row lock: it waits for the shared claims in
+// flight, and its count, in a snapshot taken after, sees what they claimed; shared claims that come
+// later do not wait for it, they join it on the SQL path. alter_queue, pause_queue and resume_queue
+// take it EXCLUSIVE too, so a change of the queue's settings waits for the claims made under the
+// old ones. The turn always comes before the row: a transaction that holds the turn shared (it
+// claimed) and then needs the row (it claims near the limit, pauses the queue) never waits for a
+// holder of the row that waits for it (a lock manager puts an upgrade ahead of the waiters it
+// blocks).
 constexpr int kClaimSlots = 16;
 constexpr int kSharedClaimBatch = 32;
 constexpr int kSharedClaimRoom = kClaimSlots * kSharedClaimBatch;

@@ -1,9 +1,11 @@
-# The claim turn of a queue whose one limit is max_running (src/spi/queue_lock.hpp), on the
-# direct path. Far below the limit claims take the turn shared and do not wait for each other;
-# near it they take turns. Then the bound at its edge: 24 clients claim batches of 32 (each
-# transaction held 20 ms, so more claims are in flight than there are slots) from a queue whose
-# max_running is 100 + 16 x 32, where every claim is shared until 100 run: none completes, so
-# the running jobs at the end are the most that ever ran, and they must be exactly the limit.
+# The claim turn of a queue whose limits are max_running and max_running_per_key alone
+# (src/spi/queue_lock.hpp), on the direct path. Far below the limit claims take the turn shared
+# and do not wait for each other; near it they take turns. Then the bound at its edge: 24 clients
+# claim batches of 32 (each transaction held 20 ms, so more claims are in flight than there are
+# slots) from a queue whose limit is 100 + 16 x 32, where every claim is shared until 100 run:
+# none completes, so the running jobs at the end are the most that ever ran, and they must be
+# exactly the limit: max_running; max_running_per_key with every job of one key; and both, a
+# per-key limit of 612 on half the jobs and max_running 2,000 on the queue.
 use strict;
 use warnings;
 
@@ -17,6 +19,11 @@ $node->safe_psql('postgres', q{
 	CREATE EXTENSION jobcap;
 	SELECT jobcap.create_queue('wide', max_running => 100000);
 	SELECT jobcap.create_queue('narrow', max_running => 600);
+	SELECT jobcap.create_queue('keyed', max_running_per_key => 100000);
+	SELECT jobcap.create_queue('keyed_narrow', max_running_per_key => 600);
+	SELECT jobcap.enqueue_jobs('keyed', array_fill('{}'::jsonb, ARRAY[10]),
+	                           concurrency_keys => array_fill('k'::text, ARRAY[10]));
+	SELECT jobcap.enqueue_jobs('keyed_narrow', array_fill('{}'::jsonb, ARRAY[200]));
 	SELECT jobcap.enqueue_jobs('wide', array_fill('{}'::jsonb, ARRAY[100]));
 	SELECT jobcap.enqueue_jobs('narrow', array_fill('{}'::jsonb, ARRAY[200]));
 });
@@ -69,6 +76,19 @@ is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near max_running takes the turn
 	q{SET lock_timeout = '500ms'; SELECT count(*) FROM jobcap.claim_job('narrow', 'o', 1)});
 like($err, qr/lock timeout/, 'another claim waits for it');
 $holder->query_safe('COMMIT');
+
+# A per-key limit far above the queue's running jobs: shared; near them (jobs without a key
+# count too: a key's running jobs are some of the queue's), exclusive.
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('keyed', 'h', 1)});
+is(turn_locks($pid), 'ShareLock/5,ExclusiveLock/6', 'a claim far below max_running_per_key holds the shared turn and a slot');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '2s'; SELECT count(*) FROM jobcap.claim_job('keyed', 'o', 1)});
+is("$rc $out", '0 1', 'another claim of the keyed queue does not wait for it');
+$holder->query_safe('COMMIT');
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('keyed_narrow', 'f', 100)});
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('keyed_narrow', 'h', 1)});
+is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near max_running_per_key takes the turn exclusive');
+$holder->query_safe('COMMIT');
 $holder->quit;
 
 # The edge.
@@ -76,19 +96,36 @@ my $limit = 100 + 16 * 32;
 $node->safe_psql('postgres', qq{
 	SELECT jobcap.create_queue('edge', max_running => $limit);
 	SELECT jobcap.enqueue_jobs('edge', array_fill('{}'::jsonb, ARRAY[3000]));
+	SELECT jobcap.create_queue('edge_key', max_running_per_key => $limit);
+	SELECT jobcap.enqueue_jobs('edge_key', array_fill('{}'::jsonb, ARRAY[3000]),
+	                           concurrency_keys => array_fill('k'::text, ARRAY[3000]));
+	SELECT jobcap.create_queue('edge_both', max_running => 2000, max_running_per_key => $limit);
+	SELECT jobcap.enqueue_jobs('edge_both', array_fill('{}'::jsonb, ARRAY[6000]),
+	                           concurrency_keys => (SELECT array_agg(CASE WHEN i % 2 = 0 THEN 'k' END)
+	                                                  FROM generate_series(1, 6000) i));
 });
-my $script = $node->basedir . '/edge.pgbench';
-open my $fh, '>', $script or die $!;
-print $fh "BEGIN;\nSELECT count(*) FROM jobcap.claim_job('edge', 'edge', 32);\n"
-  . "SELECT pg_sleep(0.02);\nCOMMIT;\n";
-close $fh;
-$node->command_ok(
-	[ $node->installed_command('pgbench'), '-n', '-c', '24', '-j', '2', '-t', '10',
-	  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
-	'24 clients claim batches of 32');
-is($node->safe_psql('postgres',
-		q{SELECT count(*) FILTER (WHERE state = 'running') || ' ' || max(attempts)
-		    FROM jobcap.jobs WHERE queue = 'edge'}),
-	"$limit 1", "exactly max_running ($limit) jobs run, none claimed twice");
+my %want = (
+	edge => "$limit $limit 1",
+	edge_key => "$limit $limit 1",
+	edge_both => "2000 $limit 1");
+for my $queue (sort keys %want)
+{
+	my $script = $node->basedir . "/$queue.pgbench";
+	open my $fh, '>', $script or die $!;
+	print $fh "BEGIN;\nSELECT count(*) FROM jobcap.claim_job('$queue', 'edge', 32);\n"
+	  . "SELECT pg_sleep(0.02);\nCOMMIT;\n";
+	close $fh;
+	$node->command_ok(
+		[ $node->installed_command('pgbench'), '-n', '-c', '24', '-j', '2', '-t', '10',
+		  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+		"$queue: 24 clients claim batches of 32");
+	is($node->safe_psql('postgres', qq{
+			SELECT count(*) FILTER (WHERE state = 'running') || ' '
+			       || count(*) FILTER (WHERE state = 'running' AND concurrency_key IS NOT DISTINCT FROM
+			                           (SELECT min(concurrency_key) FROM jobcap.jobs WHERE queue = '$queue'))
+			       || ' ' || max(attempts)
+			  FROM jobcap.jobs WHERE queue = '$queue'}),
+		$want{$queue}, "$queue: exactly the limit runs ($want{$queue}: in all, of the key, most attempts)");
+}
 
 done_testing();
