@@ -8,8 +8,8 @@
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
 // queue with max_running, rate_limit or max_running_per_key hands out only what fits. The common
-// case (none) costs one one-time filter on the queue's row. A claim far below a max_running that
-// is the queue's one limit runs as an open queue's, under a shared claim turn (queue_lock.hpp).
+// case (none) costs one one-time filter on the queue's row. A claim far below max_running and
+// max_running_per_key, its only limits, runs as an open one's, in a shared turn (queue_lock.hpp).
 // Any other capped claim takes the turn exclusive (after the shared claims in flight), then the
 // queue's row lock, counts the queue's running jobs (per concurrency key too) and reads its
 // rate window (core/flow.hpp) with a fresh snapshot, claims at most what all allow, and charges
