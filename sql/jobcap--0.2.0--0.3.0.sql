@@ -448,18 +448,24 @@ COMMENT ON COLUMN jobcap.queues.rate_limit IS
 COMMENT ON COLUMN jobcap.queues.rate_period IS 'The window of rate_limit.';
 
 -- A rate-limited queue's claims per slot of ceil(rate_period / 16), over the last 17 slots
--- (src/core/flow.hpp). Claims of the queue take turns on its row in jobcap.queues, read this row
--- and charge what they claimed in their own transaction, so a claim that rolls back gives its
--- charge back. No foreign key (a claim would take a key-share lock on the queue's row for
--- nothing); drop_queue deletes the row. Not dumped: after a restore the window starts empty.
+-- (src/core/flow.hpp), in a row per claim turn: slot -1 for the claims that take the queue's
+-- claim turn exclusive, 0 to 15 for those under each slot of the shared turn (spi/queue_lock.hpp),
+-- so claims that share the turn never write one row. A claim reads every row of its queue with a
+-- fresh snapshot, their sum being the window, and charges what it claimed to its own row in its
+-- own transaction, so a claim that rolls back gives its charge back. No foreign key (a claim
+-- would take a key-share lock on the queue's row for nothing); drop_queue deletes the rows. Not
+-- dumped: after a restore the window starts empty.
 CREATE TABLE jobcap.queue_rates (
-    queue   text PRIMARY KEY,
+    queue   text NOT NULL,
+    slot    integer NOT NULL,
     slot_us bigint NOT NULL,
     newest  bigint NOT NULL,
-    counts  integer[] NOT NULL
+    counts  integer[] NOT NULL,
+    PRIMARY KEY (queue, slot)
 );
 COMMENT ON TABLE jobcap.queue_rates IS
-    'Claims of each rate-limited queue per slot of its window (the last 17 slots of rate_period / 16).';
+    'Claims of each rate-limited queue per slot of its window (the last 17 slots of rate_period / 16), a row per claim turn.';
+COMMENT ON COLUMN jobcap.queue_rates.slot IS 'The claims counted: -1 those that took the claim turn exclusive, 0 to 15 those under that slot of the shared turn.';
 COMMENT ON COLUMN jobcap.queue_rates.slot_us IS 'The width of a slot in microseconds: ceil(rate_period / 16).';
 COMMENT ON COLUMN jobcap.queue_rates.newest IS 'The newest slot counted (microseconds since 2000 / slot_us).';
 COMMENT ON COLUMN jobcap.queue_rates.counts IS 'Claims per slot, the 17 slots of the window, slot s at s % 17.';

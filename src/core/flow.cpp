@@ -80,6 +80,27 @@ std::int32_t rate_room(const RateWindow& w, std::int32_t limit) noexcept
     return room > 0 ? static_cast<std::int32_t>(room) : 0;
 }
 
+void rate_align(RateWindow* rows, int n, std::int64_t slot_us, std::int64_t now_us) noexcept
+{
+    if (slot_us < 1)
+        slot_us = 1;
+    std::int64_t newest = floor_div(now_us, slot_us);
+    for (int i = 0; i < n; ++i) {
+        rate_advance(rows[i], slot_us, now_us);
+        newest = std::max(newest, rows[i].newest);
+    }
+    for (int i = 0; i < n; ++i)
+        rate_advance(rows[i], slot_us, newest * slot_us);
+}
+
+std::int32_t rate_room(const RateWindow* rows, int n, std::int32_t limit) noexcept
+{
+    std::int64_t room = limit;
+    for (int i = 0; i < n; ++i)
+        room -= rate_counted(rows[i]);
+    return room > 0 ? static_cast<std::int32_t>(room) : 0;
+}
+
 void rate_charge(RateWindow& w, std::int32_t n) noexcept
 {
     if (n <= 0)

@@ -48,4 +48,14 @@ std::int32_t rate_room(const RateWindow& w, std::int32_t limit) noexcept;
 // Charges n claims to w's newest slot.
 void rate_charge(RateWindow& w, std::int32_t n) noexcept;
 
+// A queue's window kept in several rows (one per claim turn, each charged by its own claims):
+// moves each to slot_us and to the newest slot of any of them or now's, whichever is later, so
+// that their 17 slots are the same 17 and their sum is the queue's window. A row charged later
+// than now (a clock that went back, a claim whose clock reading came after this one's) keeps
+// its slot, and the rows charged after aligning are charged there: counted longer, never less.
+void rate_align(RateWindow* rows, int n, std::int64_t slot_us, std::int64_t now_us) noexcept;
+
+// How many more claims the aligned rows admit under limit together.
+std::int32_t rate_room(const RateWindow* rows, int n, std::int32_t limit) noexcept;
+
 }  // namespace jobcap::core

@@ -30,32 +30,56 @@ bool running_at_most(Op& op, Datum queue, int64 limit)
     return running <= limit;
 }
 
-// Whether a claim of batch jobs of the queue whose row is q, read in op's snapshot taken after
-// the shared turn, may run under it: its limits are max_running and max_running_per_key alone
-// and at least kSharedClaimRoom more jobs may run than run now under the smaller. A key's
-// running jobs are some of the queue's, so a per-key limit that far above the queue's running
-// jobs is one no key can reach either.
-bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q)
+// Whether the queue whose row is q may be claimed batch jobs at a time under the shared turn
+// when far enough below its limits: its limits are max_running, max_running_per_key and
+// rate_limit alone, each at least kSharedClaimRoom (the room the shared turn needs).
+bool may_share(const QueueRow& q, int batch)
 {
-    return !q.paused && q.shared_cap > 0 && batch <= kSharedClaimBatch &&
-           running_at_most(op, queue, static_cast<int64>(q.shared_cap) - kSharedClaimRoom);
+    return q.shareable && batch <= kSharedClaimBatch &&
+           (!q.run_capped || (q.run_cap >= kSharedClaimRoom && OidIsValid(shape.jobs_running))) &&
+           (q.rate_limit == 0 || q.rate_limit >= kSharedClaimRoom);
+}
+
+// Whether a claim of batch jobs of the queue whose row is q, read in op's snapshot taken after
+// the shared turn's slot, may run under it: at least kSharedClaimRoom more jobs may run than
+// run now under the smaller of max_running and max_running_per_key (a key's running jobs are
+// some of the queue's, so a per-key limit that far above the queue's running jobs is one no
+// key can reach either), and the rate window's rows leave at least kSharedClaimRoom claims of
+// room (every claim in flight under another slot has at most kSharedClaimBatch jobs to charge,
+// which this snapshot may not see). *charge: the slot's own row of the window, for a
+// rate-limited queue, to be charged with what the claim takes.
+bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q, int slot, TimestampTz now,
+                     RateCharge* charge)
+{
+    if (q.paused || !may_share(q, batch))
+        return false;
+    if (q.run_capped &&
+        !running_at_most(op, queue, static_cast<int64>(q.run_cap) - kSharedClaimRoom))
+        return false;
+    if (q.rate_limit > 0) {
+        if (read_rate_rows(op, queue, q, slot, now, &charge->window) < kSharedClaimRoom)
+            return false;
+        charge->slot = slot;
+    }
+    return true;
 }
 
 // A capped queue's claim: the slot of the shared turn it took (spi/queue_lock.hpp), with *q
 // read again in a snapshot taken after it, or -1 (holding nothing) when the SQL path must
-// decide: the queue is near its limit or has another limit, every slot is taken, or the batch
+// decide: the queue is near a limit or has another limit, every slot is taken, or the batch
 // is too large for a slot.
-int take_shared_turn(Op& op, Datum queue, int batch, QueueRow* q)
+int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz now, QueueRow* q,
+                     RateCharge* charge)
 {
-    if (q->shared_cap < kSharedClaimRoom || batch > kSharedClaimBatch ||
-        !OidIsValid(shape.jobs_running))
+    if (!may_share(*q, batch))
         return -1;
     int slot = take_shared_claim_turn(queue);
     if (slot < 0)
         return -1;
     fresh_snapshot(op);
-    if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q))
+    if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q, slot, now, charge))
         return slot;
+    charge->slot = -1;
     give_back_shared_claim_turn(queue, slot);
     return -1;
 }
@@ -88,16 +112,16 @@ void remember_shared(Datum queue, bool shared)
 
 }  // namespace
 
-int claim(const Access& access, const ClaimCall& call, Claimed* out)
+int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge* charge)
 {
     Datum queue = call.queue.datum;
     TimestampTz now = call.now;
+    charge->slot = -1;
     Op op;
     begin(op);
     // A queue claimed under a shared turn before: the turn, then a snapshot to read its row in.
     int turn = -1;
-    if (call.batch <= kSharedClaimBatch && OidIsValid(shape.jobs_running) &&
-        is_shared_last(queue)) {
+    if (call.batch <= kSharedClaimBatch && is_shared_last(queue)) {
         turn = take_shared_claim_turn(queue);
         if (turn >= 0)
             fresh_snapshot(op);
@@ -106,12 +130,13 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out)
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
     QueueRow q;
     bool open = read_queue(op, queue, &q) && !q.paused && may_work(access, queue, op.snapshot);
-    if (turn >= 0 && !(open && room_for_shared(op, queue, call.batch, q))) {
+    if (turn >= 0 && !(open && room_for_shared(op, queue, call.batch, q, turn, now, charge))) {
+        charge->slot = -1;
         give_back_shared_claim_turn(queue, turn);
         turn = -1;
         open = open && !q.limited;
     } else if (turn < 0 && open && q.limited) {
-        turn = take_shared_turn(op, queue, call.batch, &q);
+        turn = take_shared_turn(op, queue, call.batch, now, &q, charge);
         open = turn >= 0;
     }
     remember_shared(queue, turn >= 0);

@@ -26,6 +26,8 @@
 
 #include "pg.hpp"
 
+#include "spi/rates.hpp"
+
 #include "spi/access.hpp"
 #include "spi/calls.hpp"
 
@@ -83,11 +85,20 @@ struct Claimed {
     TimestampTz lease_expires_at;
 };
 
+// A claim of a rate-limited queue under the shared turn: the slot it claimed under and the
+// queue's window, the slot's own row to be charged with what it claimed (functions/claim.cpp
+// writes it, in the claim's transaction). slot -1: nothing to charge.
+struct RateCharge {
+    int slot;
+    RateRows window;
+};
+
 // Claims up to call.batch pending, due jobs of call.queue below their cap, in claim order
 // (priority, run_at, job_id), skipping rows locked by others and the jobs in call.uncounted,
-// into out (room for call.batch). Returns how many, or -1 without claiming anything when the
-// queue is missing, paused, capped, or not the caller's: the SQL path then decides.
-int claim(const Access& access, const ClaimCall& call, Claimed* out);
+// into out (room for call.batch), and sets *charge. Returns how many, or -1 without claiming
+// anything when the queue is missing, paused, capped (near a limit, or a limit the shared turn
+// does not serve) or not the caller's: the SQL path then decides.
+int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge* charge);
 
 // Inserts one job per payload (n of them, in this order) into queue, with ids from jobs.job_id's
 // identity sequence in the same order, into ids (room for n); *notify = the queue's notify.

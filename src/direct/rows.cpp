@@ -5,6 +5,7 @@
 #include "direct/rows.hpp"
 
 #include "direct/vet.hpp"
+#include "spi/queue_lock.hpp"
 
 namespace jobcap::direct {
 namespace {
@@ -332,11 +333,20 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         row->limited = max_running || rated || keyed || fair;
         // A per-key limit of 0 is none (as the SQL path reads it); the queue's running jobs
         // bound each key's.
-        int32 cap = max_running ? DatumGetInt32(at(shape.queue[kQMaxRunning])) : PG_INT32_MAX;
+        int32 run_cap = max_running ? DatumGetInt32(at(shape.queue[kQMaxRunning])) : PG_INT32_MAX;
         int32 key_cap = keyed ? DatumGetInt32(at(shape.queue_per_key)) : 0;
         if (key_cap > 0)
-            cap = Min(cap, key_cap);
-        row->shared_cap = (max_running || key_cap > 0) && !rated && !fair ? cap : 0;
+            run_cap = Min(run_cap, key_cap);
+        row->run_capped = max_running || key_cap > 0;
+        row->run_cap = row->run_capped ? run_cap : 0;
+        row->rate_limit = rated ? DatumGetInt32(at(shape.queue_rate_limit)) : 0;
+        // A rate limit needs its period, and its window's table as the claims read it.
+        bool rate_known = !rated || (row->rate_limit > 0 && OidIsValid(shape.rates) &&
+                                     shape.queue_rate_period != InvalidAttrNumber &&
+                                     !null(shape.queue_rate_period));
+        if (rated && rate_known)
+            row->rate_slot_us = core::rate_slot_us(rate_period_usec(at(shape.queue_rate_period)));
+        row->shareable = (row->run_capped || rated) && rate_known && !fair;
         row->cap = DatumGetInt32(at(shape.queue[kQMaxAttempts]));
         row->epoch = DatumGetInt64(at(shape.queue[kQCapEpoch]));
         bool nl = null(shape.queue[kQLease]);
@@ -355,6 +365,40 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
     systable_endscan(scan);
     table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction
     return found;
+}
+
+int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int own_slot, TimestampTz now,
+                     RateRows* window)
+{
+    *window = rate_rows(kClaimSlots + 1);
+    Relation rates = table_open(shape.rates, AccessShareLock);
+    Relation index = index_open(shape.rates_pkey, AccessShareLock);
+    ScanKeyData key;
+    text_key(&key, index, 1, queue);
+    index_close(index, NoLock);
+    key.sk_attno = shape.rate_queue;
+    SysScanDesc scan = systable_beginscan(rates, shape.rates_pkey, true, op.snapshot, 1, &key);
+    TupleDesc desc = RelationGetDescr(rates);
+    HeapTuple t;
+    while (HeapTupleIsValid(t = systable_getnext(scan))) {
+        bool isnull = false;
+        Datum name = heap_getattr(t, shape.rate_queue, desc, &isnull);
+        if (isnull ||
+            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue)))
+            continue;  // another queue's row under the index's collation
+        bool n1 = false, n2 = false, n3 = false, n4 = false;
+        Datum slot = heap_getattr(t, shape.rate_slot, desc, &n1);
+        Datum slot_us = heap_getattr(t, shape.rate_slot_us, desc, &n2);
+        Datum newest = heap_getattr(t, shape.rate_newest, desc, &n3);
+        Datum counts = heap_getattr(t, shape.rate_counts, desc, &n4);
+        if (n1 || n2 || n3 || n4)
+            continue;  // NOT NULL columns (learn_rates)
+        add_rate_row(*window, DatumGetInt32(slot) == own_slot, slot_us, newest, counts,
+                     q.rate_slot_us, now);
+    }
+    systable_endscan(scan);
+    table_close(rates, NoLock);  // as a statement's locks: held to the end of the transaction
+    return rate_rows_room(*window, q.rate_slot_us, now, q.rate_limit);
 }
 
 bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence, bool same_queue)

@@ -5,6 +5,7 @@
 #include "direct/shape.hpp"
 
 #include "core/cap.hpp"
+#include "spi/rates.hpp"
 
 namespace jobcap::direct {
 
@@ -53,10 +54,15 @@ struct NewRow {
 struct QueueRow {
     bool paused;
     bool limited;  // max_running, rate_limit or max_running_per_key set, or not fifo
-    // The smallest of max_running and max_running_per_key when they are the queue's only limits
-    // (no rate limit, fifo), 0 otherwise: the queue's running jobs far enough below it, no key's
-    // can reach either limit, and a claim may take the shared turn (direct/claim.cpp).
-    int32 shared_cap;
+    // Whether a claim far enough below the queue's limits may take the shared turn
+    // (direct/claim.cpp): its limits are max_running, max_running_per_key and rate_limit (fifo).
+    // run_cap: the smaller of the first two (run_capped: either is set), far enough below which
+    // no key's running jobs can reach either; rate_limit (0: none) and its period's slot width.
+    bool shareable;
+    bool run_capped;
+    int32 run_cap;
+    int32 rate_limit;
+    int64 rate_slot_us;
     int32 cap;
     int64 epoch;
     Datum lease;  // copied
@@ -153,6 +159,12 @@ PredicateMemo predicate_memo(const AttrNumber* varying, int n);
 // update, an index none of whose columns it replaced is hinted as unchanged (bottom-up deletion
 // of the old version's duplicates, as the executor hints); a new row's entries never are.
 void insert_index_entries(Op& op, TupleTableSlot* slot, bool update, PredicateMemo* memo = nullptr);
+
+// Reads queue's rows of jobcap.queue_rates (shape.rates) in op's snapshot into *window, the row
+// of own_slot as the claim's own, and returns the room they leave under q's rate limit at now
+// (spi/rates.hpp).
+int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int own_slot, TimestampTz now,
+                     RateRows* window);
 
 // Whether caller may work queue: privileged, or a grant of the queue names a role whose
 // privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).

@@ -50,7 +50,8 @@ void forget_shape(Datum, Oid relid)
                 relid == shape.grants || relid == shape.errors || relid == shape.jobs_pkey ||
                 relid == shape.jobs_claim || relid == shape.jobs_running ||
                 relid == shape.queues_pkey || relid == shape.grants_pkey ||
-                relid == shape.errors_by_job || indexes_include(relid);
+                relid == shape.errors_by_job || relid == shape.rates || relid == shape.rates_pkey ||
+                indexes_include(relid);
     if (ours) {
         shape.known = false;
         forget_indexes();
@@ -127,6 +128,40 @@ bool learn_errors(Shape& s)
          learn_defaults(errors, s.error, kErrorColumns, &s.error_defaults, &s.error_default_nulls);
     table_close(errors, AccessShareLock);
     return ok;
+}
+
+// jobcap.queue_rates as the claims read it (s.rates invalid otherwise: compat(0.2.0), or a
+// table changed by hand).
+void learn_rates(Shape& s, Oid nsp)
+{
+    s.rates = get_relname_relid("queue_rates", nsp);
+    s.rates_pkey = get_relname_relid("queue_rates_pkey", nsp);
+    if (!s.direct || !OidIsValid(s.rates) || !OidIsValid(s.rates_pkey)) {
+        s.rates = InvalidOid;
+        return;
+    }
+    Relation rates = table_open(s.rates, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(rates);
+    s.rate_queue = column(desc, "queue", TEXTOID);
+    s.rate_slot = column(desc, "slot", INT4OID);
+    s.rate_slot_us = column(desc, "slot_us", INT8OID);
+    s.rate_newest = column(desc, "newest", INT8OID);
+    s.rate_counts = column(desc, "counts", INT4ARRAYOID);
+    bool ok = true;
+    const AttrNumber columns[] = {s.rate_queue, s.rate_slot, s.rate_slot_us, s.rate_newest,
+                                  s.rate_counts};
+    for (AttrNumber a : columns) {
+        ok = ok && a != InvalidAttrNumber;
+        if (ok) {
+            Form_pg_attribute att = TupleDescAttr(desc, a - 1);
+            ok = att->attnotnull && att->atttypmod == -1 &&
+                 (!OidIsValid(att->attcollation) || att->attcollation == DEFAULT_COLLATION_OID);
+        }
+    }
+    table_close(rates, AccessShareLock);
+    AttrNumber key[2] = {s.rate_queue, s.rate_slot};
+    if (!ok || !index_on(s.rates_pkey, s.rates, key, 2))
+        s.rates = InvalidOid;
 }
 
 // Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
@@ -222,6 +257,10 @@ bool learn_shape()
     if (s.queue_rate_limit == InvalidAttrNumber &&
         column(RelationGetDescr(queues), "rate_limit", InvalidOid) != InvalidAttrNumber)
         s.direct = false;  // there, of another type
+    s.queue_rate_period = column(RelationGetDescr(queues), "rate_period", INTERVALOID);
+    if (s.queue_rate_period != InvalidAttrNumber &&
+        !TupleDescAttr(RelationGetDescr(queues), s.queue_rate_period - 1)->attnotnull)
+        s.queue_rate_period = InvalidAttrNumber;
     // compat(0.2.0): max_running_per_key and fairness, absent on the 0.2.0 schema.
     s.queue_per_key = column(RelationGetDescr(queues), "max_running_per_key", INT4OID);
     s.queue_fairness = column(RelationGetDescr(queues), "fairness", TEXTOID);
@@ -263,6 +302,7 @@ bool learn_shape()
     if (!s.direct || !OidIsValid(s.jobs_running) ||
         !index_on(s.jobs_running, s.jobs, running, 1, s.job[kState], s.running))
         s.jobs_running = InvalidOid;
+    learn_rates(s, nsp);
     s.errors = get_relname_relid("job_errors", nsp);
     s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
     s.known = true;

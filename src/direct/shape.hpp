@@ -85,13 +85,20 @@ struct Shape {
     // schema, as the workflow columns.
     AttrNumber concurrency_key;
     // compat(0.2.0): queues.rate_limit, InvalidAttrNumber on the 0.2.0 schema (of another type
-    // there, every call goes to the SQL path). A queue with one is capped: its claims go to the
-    // SQL path (docs/direct_path.md).
+    // there, every call goes to the SQL path). A queue with one is capped: its claims take the
+    // shared turn far below it, else go to the SQL path (docs/direct_path.md).
     AttrNumber queue_rate_limit;
+    AttrNumber
+        queue_rate_period;  // (an interval, NOT NULL) InvalidAttrNumber: rated claims go to SQL
     // compat(0.2.0): queues.max_running_per_key and fairness, InvalidAttrNumber on the 0.2.0
     // schema (of another type there, every call goes to the SQL path). A queue with a per-key
     // limit or round-robin fairness is capped too: its claims go to the SQL path.
     AttrNumber queue_per_key, queue_fairness;
+    // jobcap.queue_rates (queue, slot, slot_us, newest, counts) and its primary key on (queue,
+    // slot), vetted: a shared claim of a rate-limited queue reads its rows (claim.cpp). Invalid
+    // otherwise (compat(0.2.0): none there), and such claims go to the SQL path.
+    Oid rates, rates_pkey;
+    AttrNumber rate_queue, rate_slot, rate_slot_us, rate_newest, rate_counts;
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);

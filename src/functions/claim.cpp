@@ -15,7 +15,7 @@
 // rate window (core/flow.hpp) with a fresh snapshot, claims at most what all allow, and charges
 // the window with what it claimed, in its own transaction. Round-robin fairness is a capped
 // queue's too: its claim reads and writes the queue's turn (jobcap.queue_turns) under the lock.
-#include "housekeeping/rates.hpp"
+#include "spi/rates.hpp"
 #include "housekeeping/rollbacks.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
@@ -281,18 +281,6 @@ JOBCAP_STATEMENT(read_turn,
                  "SELECT t.last_null, t.last_key FROM jobcap.queue_turns t WHERE t.queue = $1",
                  {TEXTOID});
 
-// A rate-limited queue's window, read under its row lock with a fresh snapshot (the charges of
-// every claim that went before have committed), and charged with what this claim took.
-JOBCAP_STATEMENT(
-    read_rate, "SELECT r.slot_us, r.newest, r.counts FROM jobcap.queue_rates r WHERE r.queue = $1",
-    {TEXTOID});
-JOBCAP_STATEMENT(
-    charge_rate,
-    "INSERT INTO jobcap.queue_rates AS r (queue, slot_us, newest, counts)"
-    " VALUES ($1, $2, $3, $4) ON CONFLICT (queue) DO UPDATE"
-    " SET slot_us = excluded.slot_us, newest = excluded.newest, counts = excluded.counts",
-    {TEXTOID, INT8OID, INT8OID, INT4ARRAYOID});
-
 JOBCAP_STATEMENT(
     count_running,
     "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1",
@@ -327,27 +315,14 @@ namespace {
 // A capped queue's room and, for a rate-limited one, the window its claim charges.
 struct Room {
     int32 room;  // how many more jobs the queue may start now; -1: no cap (any more)
-    bool rated;  // a rate limit applies: charge window with what the claim took
-    bool moved;  // the window was kept in another slot width (rate_period changed): write it
-    core::RateWindow window;
+    bool rated;  // a rate limit applies: charge window's own row with what the claim took
+    RateRows window;
     bool keyed, round_robin;    // a per-key limit or round-robin: claim_job_keyed claims
     int32 per_key;              // 0: none
     Datum keys, counts;         // the running jobs per key ((Datum) 0: none)
     bool no_turn, no_last_key;  // round-robin: no turn written yet; last_key NULL
     Datum last_null, last_key;
 };
-
-// The window of the rate-limited queue, moved to now (empty when the queue has no row yet).
-// *moved: it was kept in another slot width; its claims, now counted as made in this one's newest
-// slot, must be written so, even when this claim takes nothing (or they would stay in that slot
-// for as long as the old width's).
-core::RateWindow read_window(const Params& queue, int64 slot_us, TimestampTz now, bool* moved)
-{
-    if (execute_fresh(statements::read_rate, queue, SPI_OK_SELECT) == 0)
-        return rate_window(true, 0, 0, 0, slot_us, now, moved);
-    return rate_window(false, result_column(0, 1), result_column(0, 2), result_column(0, 3),
-                       slot_us, now, moved);
-}
 
 // How many more jobs queue may start now, under its row lock (taken here, held to commit):
 // 0 when it is paused, full or out of rate; -1 when it has no cap (any more). A keyed queue's
@@ -379,8 +354,7 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     }
     if (!unrated && r.room != 0) {
         r.rated = true;
-        r.window = read_window(p, slot_us, now, &r.moved);
-        int32 rate_room = core::rate_room(r.window, limit);
+        int32 rate_room = read_rate_window(queue, slot_us, now, limit, &r.window);
         r.room = r.room < 0 ? rate_room : Min(r.room, rate_room);
     }
     if (r.per_key > 0 && r.room != 0) {
@@ -410,17 +384,8 @@ void add_key_room(Params& p, const Room& r)
 // were read, since the statement replaces SPI's result.
 void charge_room(Room& r, Datum queue, uint64 rows)
 {
-    if (!r.rated || (rows == 0 && !r.moved))
-        return;
-    core::rate_charge(r.window, static_cast<int32>(rows));
-    Datum counts[core::kRateRing];
-    for (int s = 0; s < core::kRateRing; ++s)
-        counts[s] = Int32GetDatum(r.window.counts[s]);
-    Params p;
-    p.add(queue).add(Int64GetDatum(r.window.slot_us)).add(Int64GetDatum(r.window.newest));
-    p.add(
-        PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
-    execute(statements::charge_rate, p, SPI_OK_INSERT);
+    if (r.rated && (rows > 0 || r.window.moved))
+        charge_rate_window(r.window, queue, -1, rows);
 }
 
 // claim_job's statement parameters for call, claiming at most batch: now, worker, lease, queue,
@@ -523,17 +488,23 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
 // The batch claim on the direct path (direct/direct.hpp): claims, notes and returns the jobs in
 // claim order. False, with nothing claimed, when the SQL path must decide (the direct path is
 // off or not usable here; the queue is missing, paused, capped or not the caller's).
-bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* function,
+bool claim_directly(FunctionCallInfo fcinfo, Access& access, const char* function,
                     const ClaimCall& call)
 {
     if (!direct::usable(function, access, direct::Need::claim))
         return false;
     direct::Claimed* jobs =
         static_cast<direct::Claimed*>(palloc(sizeof(direct::Claimed) * call.batch));
-    int n = direct::claim(access, call, jobs);
+    direct::RateCharge charge;
+    int n = direct::claim(access, call, jobs, &charge);
     if (n < 0) {
         pfree(jobs);
         return false;
+    }
+    if (charge.slot >= 0 && (n > 0 || charge.window.moved)) {
+        spi_open(access);
+        charge_rate_window(charge.window, call.queue.datum, charge.slot, n);
+        spi_close(access);
     }
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     for (int i = 0; i < n; ++i) {

@@ -15,7 +15,7 @@
 //    writes a shared row.
 #include "housekeeping/stats.hpp"
 
-#include "housekeeping/rates.hpp"
+#include "spi/rates.hpp"
 #include "spi/citus.hpp"
 
 #include "jobcap.hpp"
@@ -57,8 +57,9 @@ namespace statements {
 // $1 = since, $2 = until, $3 = now. A minute of counts is in the window when it overlaps it.
 // The queue's controls follow: CONTROLS, two expressions; then WAITING, the jobs waiting for
 // others (0.3.0: from the index jobs_waiting); then FLOW, six expressions: the rate limit, its
-// period and its window (queue_rates' slot_us, newest, counts, the row that JOINS joins as rt),
-// and the due jobs held back by max_running_per_key (HELD_BY_KEY). An attempt past its run-time
+// period and its window (RATE_ROWS: the queue_rates rows' slot_us, newest and lengths of counts
+// as arrays, and their counts one after the other), and the due jobs held back by
+// max_running_per_key (HELD_BY_KEY). An attempt past its run-time
 // limit (timed_out) is lost like an expired lease.
 #define LOST_KINDS "('lease_expired', 'claim_rolled_back', 'crashed', 'timed_out')"
 #define QUEUE_STATS(CONTROLS, WAITING, FLOW, JOINS)                                                \
@@ -106,16 +107,25 @@ namespace statements {
     "     AND j.concurrency_key IN (SELECT k.concurrency_key FROM jobcap.jobs k"                   \
     "       WHERE k.queue = q.queue AND k.state = 'running' AND k.concurrency_key IS NOT NULL"     \
     "       GROUP BY 1 HAVING count(*) >= q.max_running_per_key)) END"
-#define NO_FLOW "NULL::int4, NULL::interval, NULL::int8, NULL::int8, NULL::int4[], NULL::int8"
+#define RATE_ROWS                                                                                  \
+    "(SELECT array_agg(r.slot_us ORDER BY r.slot) FROM jobcap.queue_rates r"                       \
+    "  WHERE r.queue = q.queue),"                                                                  \
+    " (SELECT array_agg(r.newest ORDER BY r.slot) FROM jobcap.queue_rates r"                       \
+    "  WHERE r.queue = q.queue),"                                                                  \
+    " (SELECT array_agg(cardinality(r.counts) ORDER BY r.slot) FROM jobcap.queue_rates r"          \
+    "  WHERE r.queue = q.queue),"                                                                  \
+    " (SELECT array_agg(u.c ORDER BY r.slot, u.o) FROM jobcap.queue_rates r,"                      \
+    "    unnest(r.counts) WITH ORDINALITY u(c, o) WHERE r.queue = q.queue)"
+#define NO_FLOW                                                                                    \
+    "NULL::int4, NULL::interval, NULL::int8[], NULL::int8[], NULL::int4[], NULL::int4[],"          \
+    " NULL::int8"
 
-JOBCAP_STATEMENT(
-    queue_stats,
-    QUEUE_STATS("q.paused, q.max_running",
-                "(SELECT count(*) FROM jobcap.jobs w"
-                "   WHERE w.state = 'waiting' AND w.queue = q.queue)",
-                "q.rate_limit, q.rate_period, rt.slot_us, rt.newest, rt.counts, " HELD_BY_KEY,
-                " LEFT JOIN jobcap.queue_rates rt ON rt.queue = q.queue"),
-    {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+JOBCAP_STATEMENT(queue_stats,
+                 QUEUE_STATS("q.paused, q.max_running",
+                             "(SELECT count(*) FROM jobcap.jobs w"
+                             "   WHERE w.state = 'waiting' AND w.queue = q.queue)",
+                             "q.rate_limit, q.rate_period, " RATE_ROWS ", " HELD_BY_KEY, ""),
+                 {TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID});
 
 // compat(0.2.0): the same on the 0.2.0 schema (no waiting jobs).
 JOBCAP_STATEMENT(queue_stats_0_2, QUEUE_STATS("q.paused, q.max_running", "0::bigint", NO_FLOW, ""),
@@ -230,18 +240,42 @@ void held_back(uint64 r, TimestampTz now, QueueStats& s)
 {
     s.held_by_max_running =
         s.max_running == 0 ? -1 : Max(0, s.pending - Max(0, s.max_running - s.running));
-    bool unrated = false, no_row = false, unkeyed = false;
+    bool unrated = false, no_rows = false, unkeyed = false;
     Datum limit = result_column(r, 20, &unrated);
     s.held_by_rate = -1;
     if (!unrated) {
         int64 slot_us = core::rate_slot_us(rate_period_usec(result_column(r, 21)));
-        Datum row_slot_us = result_column(r, 22, &no_row);
-        bool moved = false;
-        core::RateWindow window = rate_window(no_row, row_slot_us, result_column(r, 23),
-                                              result_column(r, 24), slot_us, now, &moved);
-        s.held_by_rate = Max(0, s.pending - core::rate_room(window, DatumGetInt32(limit)));
+        Datum slots_us = result_column(r, 22, &no_rows);
+        RateRows window = rate_rows(0);
+        if (!no_rows) {
+            Datum *widths = nullptr, *newest = nullptr, *lengths = nullptr, *counts = nullptr;
+            bool* null_counts = nullptr;
+            int n = 0, nn = 0, nl = 0, nc = 0;
+            deconstruct_array(DatumGetArrayTypeP(slots_us), INT8OID, 8, FLOAT8PASSBYVAL,
+                              TYPALIGN_DOUBLE, &widths, nullptr, &n);
+            deconstruct_array(DatumGetArrayTypeP(result_column(r, 23)), INT8OID, 8, FLOAT8PASSBYVAL,
+                              TYPALIGN_DOUBLE, &newest, nullptr, &nn);
+            deconstruct_array(DatumGetArrayTypeP(result_column(r, 24)), INT4OID, 4, true,
+                              TYPALIGN_INT, &lengths, nullptr, &nl);
+            deconstruct_array(DatumGetArrayTypeP(result_column(r, 25)), INT4OID, 4, true,
+                              TYPALIGN_INT, &counts, &null_counts, &nc);
+            window = rate_rows(n);
+            int at = 0;
+            for (int i = 0; i < n && i < nn && i < nl; ++i) {
+                int32 row[core::kRateRing] = {};
+                int length = DatumGetInt32(lengths[i]);
+                for (int c = 0; c < length && at + c < nc; ++c)
+                    if (c < core::kRateRing && !null_counts[at + c])
+                        row[c] = DatumGetInt32(counts[at + c]);
+                at += length;
+                add_rate_row(window, false, DatumGetInt64(widths[i]), DatumGetInt64(newest[i]), row,
+                             slot_us, now);
+            }
+        }
+        s.held_by_rate =
+            Max(0, s.pending - rate_rows_room(window, slot_us, now, DatumGetInt32(limit)));
     }
-    Datum held = result_column(r, 25, &unkeyed);
+    Datum held = result_column(r, 26, &unkeyed);
     s.held_by_key = unkeyed ? -1 : DatumGetInt64(held);
 }
 

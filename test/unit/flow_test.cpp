@@ -185,3 +185,96 @@ TEST(RateWindow, ShortPeriodsOfAnyRemainder)
         }
     }
 }
+
+TEST(RateWindow, AlignedRowsCountTheSameSlots)
+{
+    // Rows last charged at different times (and one in another slot width) are moved to the
+    // latest of their newest slots and now's, so each counts the same 17 slots.
+    RateWindow rows[3] = {rate_empty(1000, 0), rate_empty(1000, 9000), rate_empty(500, 4000)};
+    rate_charge(rows[0], 1);
+    rate_charge(rows[1], 2);
+    rate_charge(rows[2], 4);
+    rate_align(rows, 3, 1000, 5000);  // row 1 was charged in slot 9, after now's (5)
+    for (const RateWindow& w : rows) {
+        EXPECT_EQ(w.slot_us, 1000);
+        EXPECT_EQ(w.newest, 9);
+    }
+    EXPECT_EQ(rate_room(rows, 3, 10), 3);
+    rate_align(rows, 3, 1000, 16999);  // slot 16: slot 0 is still in the window
+    EXPECT_EQ(rate_room(rows, 3, 10), 3);
+    rate_align(rows, 3, 1000, 17000);  // slot 17: row 0's claim has left it
+    EXPECT_EQ(rate_room(rows, 3, 10), 4);
+    rate_align(rows, 3, 1000, 26000);
+    EXPECT_EQ(rate_room(rows, 3, 10), 10);
+    EXPECT_EQ(rate_room(rows, 3, 0), 0);
+}
+
+// The claim's rule for a rate limit far above the load (src/direct/claim.cpp): up to 16 claims
+// of at most 32 jobs in flight at once, each under a slot of its own whose row only it writes,
+// reading the rows committed when it starts (its clock read up to `skew` earlier) and claiming
+// only when their sum leaves room for 16 x 32; now and then a claim that takes the turn
+// exclusive (it waits for every claim in flight) and claims what the sum admits. However the
+// claims interleave and commit, no window of the period holds more than the limit.
+TEST(RateWindow, SharedTurnsNeverPassTheLimit)
+{
+    constexpr int kSlots = 16, kBatch = 32;
+    for (std::uint32_t seed = 1; seed <= 40; ++seed) {
+        std::mt19937 random(seed);
+        const std::int64_t period = 1000000;
+        const std::int64_t slot_us = rate_slot_us(period);
+        const std::int32_t limit = kSlots * kBatch + static_cast<std::int32_t>(random() % 3000);
+        RateWindow committed[kSlots + 1];  // the exclusive row at kSlots
+        for (RateWindow& w : committed)
+            w = rate_empty(slot_us, 0);
+        struct Flight {
+            bool busy;
+            RateWindow row;
+            std::int64_t now;
+            std::int32_t took;
+        } flight[kSlots] = {};
+        std::vector<std::int64_t> admitted;
+        std::int64_t t = 0;
+        for (int step = 0; step < 20000; ++step) {
+            t += random() % 2000;
+            int k = static_cast<int>(random() % kSlots);
+            if (flight[k].busy && random() % 4 == 0) {  // commit slot k's claim
+                committed[k] = flight[k].row;
+                for (std::int32_t i = 0; i < flight[k].took; ++i)
+                    admitted.push_back(flight[k].now);
+                flight[k].busy = false;
+            } else if (!flight[k].busy && random() % 16 != 0) {  // a shared claim under slot k
+                Flight& f = flight[k];
+                f.now = std::max<std::int64_t>(0, t - static_cast<std::int64_t>(random() % 5000));
+                RateWindow rows[kSlots + 1];
+                std::copy(committed, committed + kSlots + 1, rows);
+                rate_align(rows, kSlots + 1, slot_us, f.now);
+                f.took = rate_room(rows, kSlots + 1, limit) >= kSlots * kBatch
+                             ? static_cast<std::int32_t>(kBatch - random() % 4)
+                             : 0;
+                rate_charge(rows[k], f.took);
+                f.row = rows[k];
+                f.busy = true;
+            } else {  // an exclusive claim: after every claim in flight has committed
+                for (int s = 0; s < kSlots; ++s)
+                    if (flight[s].busy) {
+                        committed[s] = flight[s].row;
+                        for (std::int32_t i = 0; i < flight[s].took; ++i)
+                            admitted.push_back(flight[s].now);
+                        flight[s].busy = false;
+                    }
+                RateWindow rows[kSlots + 1];
+                std::copy(committed, committed + kSlots + 1, rows);
+                rate_align(rows, kSlots + 1, slot_us, t);
+                std::int32_t took = std::min<std::int32_t>(
+                    static_cast<std::int32_t>(random() % 200), rate_room(rows, kSlots + 1, limit));
+                rate_charge(rows[kSlots], took);
+                committed[kSlots] = rows[kSlots];
+                for (std::int32_t i = 0; i < took; ++i)
+                    admitted.push_back(t);
+            }
+        }
+        std::sort(admitted.begin(), admitted.end());
+        EXPECT_LE(busiest_window(admitted, period), limit) << "seed " << seed;
+        EXPECT_GT(admitted.size(), 10000u) << "seed " << seed;
+    }
+}
