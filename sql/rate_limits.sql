@@ -79,6 +79,32 @@ SELECT count(*) AS rate_rows FROM jobcap.queue_rates WHERE queue = 'rl3';
 SELECT jobcap.resume_queue('rl3');
 SELECT count(*) AS claimed FROM jobcap.claim_job('rl3', 'w', 10);
 
+-- A limit far above the window's claims: a claim of at most 32 jobs shares the claim turn with
+-- the others (on the direct path each charges its own row of the window, that of its slot of
+-- the shared turn: the rows' sum is the window), and the statistics sum the rows too.
+SELECT jobcap.create_queue('rlw', rate_limit => 100000, rate_period => '1 hour');
+SELECT count(jobcap.enqueue_job('rlw', jsonb_build_object('n', n))) FROM generate_series(1, 10) n;
+SELECT count(*) AS claimed FROM jobcap.claim_job('rlw', 'w', 3);
+BEGIN;
+SELECT count(*) AS claimed FROM jobcap.claim_job('rlw', 'w', 2);
+SELECT count(*) AS claimed_again FROM jobcap.claim_job('rlw', 'w', 1);
+COMMIT;
+BEGIN;
+SELECT count(*) AS claimed_then_rolled_back FROM jobcap.claim_job('rlw', 'w', 2);
+ROLLBACK;
+SELECT sum((SELECT sum(c) FROM unnest(counts) c)) AS charged FROM jobcap.queue_rates WHERE queue = 'rlw';
+-- Lowered to 8: the window has room for 2 more, 2 of the 4 pending jobs are held.
+SELECT jobcap.alter_queue('rlw', rate_limit => 8);
+SELECT pending, held_by_rate FROM jobcap.queue_stats WHERE queue = 'rlw';
+SELECT count(*) AS claimed FROM jobcap.claim_job('rlw', 'w', 5);
+-- A new period folds the window's rows into one, every claim still counted.
+SELECT jobcap.alter_queue('rlw', rate_period => '2 hours');
+SELECT count(*) AS rate_rows, sum((SELECT sum(c) FROM unnest(counts) c)) AS charged
+  FROM jobcap.queue_rates WHERE queue = 'rlw';
+SELECT count(*) AS claimed FROM jobcap.claim_job('rlw', 'w', 5);
+SELECT jobcap.drop_queue('rlw', force => true);
+SELECT count(*) AS rate_rows FROM jobcap.queue_rates WHERE queue = 'rlw';
+
 -- Bad arguments: 22023, nothing changed.
 SELECT jobcap.create_queue('bad', rate_limit => -1);
 SELECT jobcap.create_queue('bad', rate_limit => 1000000001);

@@ -6,6 +6,7 @@
 #include "jobcap.hpp"
 #include "spi/plans.hpp"
 #include "spi/queue_lock.hpp"
+#include "spi/rates.hpp"
 #include "spi/schema.hpp"
 #include "housekeeping/workflows.hpp"
 #include "core/flow.hpp"
@@ -339,6 +340,9 @@ JOBCAP_FUNCTION(alter_queue, Duty::operator_)
                         : q.has_max_running ? update_queue_0_2
                                             : update_queue_0_1;
     execute(update, queue_settings_params(q), SPI_OK_UPDATE);
+    if (q.has_workflow && !q.no_rate_period)
+        fold_rate_window(q.queue.datum, core::rate_slot_us(rate_period_usec(q.rate_period)),
+                         GetCurrentTimestamp());
     spi_close(access);
     PG_RETURN_VOID();
 }
@@ -358,6 +362,10 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     p.add(queue.datum);
 
     spi_open(access);
+    // The claim turn first, as every holder of the queue's row takes it: a claim under the
+    // shared turn is done (its charge to its slot's row of the rate window committed) before
+    // the rows are deleted.
+    take_exclusive_claim_turn(queue.datum);
     if (execute(lock_queue_row, p, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
     execute(lock_queue_jobs, p, SPI_OK_SELECT);

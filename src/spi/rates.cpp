@@ -86,6 +86,9 @@ JOBCAP_STATEMENT(
     " SET slot_us = excluded.slot_us, newest = excluded.newest, counts = excluded.counts",
     {TEXTOID, INT4OID, INT8OID, INT8OID, INT4ARRAYOID});
 
+JOBCAP_STATEMENT(delete_slot_rates,
+                 "DELETE FROM jobcap.queue_rates WHERE queue = $1 AND slot <> -1", {TEXTOID});
+
 }  // namespace statements
 
 int32 read_rate_window(Datum queue, int64 slot_us, TimestampTz now, int32 limit, RateRows* window)
@@ -113,6 +116,27 @@ void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n)
     p.add(
         PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
     execute(statements::charge_rate, p, SPI_OK_INSERT);
+}
+
+void fold_rate_window(Datum queue, int64 slot_us, TimestampTz now)
+{
+    RateRows w;
+    read_rate_window(queue, slot_us, now, 0, &w);
+    core::RateWindow& own = w.rows[w.own];
+    bool counted = false;
+    for (int i = 0; i < w.n; ++i) {
+        counted = counted || core::rate_counted(w.rows[i]) > 0;
+        if (i == w.own)
+            continue;
+        for (int s = 0; s < core::kRateRing; ++s)
+            own.counts[s] = static_cast<int32>(
+                Min(static_cast<int64>(own.counts[s]) + w.rows[i].counts[s], core::kMaxRateLimit));
+    }
+    if (counted || w.n > 1)
+        charge_rate_window(w, queue, -1, 0);
+    Params p;
+    p.add(queue);
+    execute(statements::delete_slot_rates, p, SPI_OK_DELETE);
 }
 
 }  // namespace jobcap

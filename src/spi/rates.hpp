@@ -49,4 +49,11 @@ int32 read_rate_window(Datum queue, int64 slot_us, TimestampTz now, int32 limit,
 // charged with n claims.
 void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n);
 
+// Inside an SPI connection, under the queue's exclusive claim turn, after its rate_period
+// changed to one of slot_us slots: folds the window's rows into the exclusive turn's, every
+// claim counted as made at the end of its row's newest slot (core::rate_advance), and deletes
+// the others. Unfolded, a slot's row that no claim writes again would count its claims for as
+// long as a slot of the old period (a sixteenth of an hour, after '1 hour').
+void fold_rate_window(Datum queue, int64 slot_us, TimestampTz now);
+
 }  // namespace jobcap

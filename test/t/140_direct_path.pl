@@ -424,7 +424,9 @@ sub random_op
 	}
 	if ($kind eq 'rate_limit')
 	{
-		my $n = pick(0, 0, 2, 5);
+		# 100000: far above the load, its claims share the turn and charge their slots' rows of
+		# the window; 515: they do until 4 claims are charged, then take the turn exclusive.
+		my $n = pick(0, 0, 2, 5, 515, 100000);
 		$queue_model{$q}{rated} = $n > 0;
 		$queue_model{$q}{capped} = capped($q);
 		return ("alter_queue $q rate_limit $n",

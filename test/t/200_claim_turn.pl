@@ -1,11 +1,12 @@
-# The claim turn of a queue whose limits are max_running and max_running_per_key alone
-# (src/spi/queue_lock.hpp), on the direct path. Far below the limit claims take the turn shared
+# The claim turn of a queue whose limits are max_running, max_running_per_key and rate_limit
+# alone (src/spi/queue_lock.hpp), on the direct path. Far below the limit claims take the turn shared
 # and do not wait for each other; near it they take turns. Then the bound at its edge: 24 clients
 # claim batches of 32 (each transaction held 20 ms, so more claims are in flight than there are
 # slots) from a queue whose limit is 100 + 16 x 32, where every claim is shared until 100 run:
 # none completes, so the running jobs at the end are the most that ever ran, and they must be
-# exactly the limit: max_running; max_running_per_key with every job of one key; and both, a
-# per-key limit of 612 on half the jobs and max_running 2,000 on the queue.
+# exactly the limit: max_running; max_running_per_key with every job of one key; a rate limit
+# per hour; and both of the first, a per-key limit of 612 on half the jobs and max_running 2,000
+# on the queue.
 use strict;
 use warnings;
 
@@ -89,6 +90,36 @@ $node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('keyed_narr
 $holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('keyed_narrow', 'h', 1)});
 is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near max_running_per_key takes the turn exclusive');
 $holder->query_safe('COMMIT');
+
+# A rate limit far above the window's claims: shared, the claim charged to its slot's own row of
+# the window (queue_rates, slot 0 to 15); near it, exclusive, charged to the row of slot -1.
+$node->safe_psql('postgres', q{
+	SELECT jobcap.create_queue('rated', rate_limit => 1000000, rate_period => '1 hour');
+	SELECT jobcap.create_queue('rated_narrow', rate_limit => 600, rate_period => '1 hour');
+	SELECT jobcap.enqueue_jobs('rated', array_fill('{}'::jsonb, ARRAY[10]));
+	SELECT jobcap.enqueue_jobs('rated_narrow', array_fill('{}'::jsonb, ARRAY[200]));
+});
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('rated', 'h', 2)});
+is(turn_locks($pid), 'ShareLock/5,ExclusiveLock/6', 'a claim far below rate_limit holds the shared turn and a slot');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '2s'; SELECT count(*) FROM jobcap.claim_job('rated', 'o', 1)});
+is("$rc $out", '0 1', 'another claim of the rated queue does not wait for it');
+$holder->query_safe('COMMIT');
+# The window's rows (slot >= 0: a slot of the shared turn) and their charges.
+sub rate_rows
+{
+	my ($queue) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT string_agg(CASE WHEN slot < 0 THEN 'x' ELSE 's' END || (SELECT sum(c) FROM unnest(counts) c),
+		                  ',' ORDER BY slot < 0, (SELECT sum(c) FROM unnest(counts) c))
+		  FROM jobcap.queue_rates WHERE queue = '$queue'});
+}
+is(rate_rows('rated'), 's1,s2', 'each shared claim charged its own slot\'s row');
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('rated_narrow', 'f', 100)});
+is(rate_rows('rated_narrow'), 'x100', 'a claim near the rate limit charged the exclusive turn\'s row');
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('rated_narrow', 'h', 1)});
+is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near rate_limit takes the turn exclusive');
+$holder->query_safe('COMMIT');
 $holder->quit;
 
 # The edge.
@@ -99,14 +130,22 @@ $node->safe_psql('postgres', qq{
 	SELECT jobcap.create_queue('edge_key', max_running_per_key => $limit);
 	SELECT jobcap.enqueue_jobs('edge_key', array_fill('{}'::jsonb, ARRAY[3000]),
 	                           concurrency_keys => array_fill('k'::text, ARRAY[3000]));
+	SELECT jobcap.create_queue('edge_rate', rate_limit => $limit, rate_period => '1 hour');
+	SELECT jobcap.enqueue_jobs('edge_rate', array_fill('{}'::jsonb, ARRAY[3000]));
 	SELECT jobcap.create_queue('edge_both', max_running => 2000, max_running_per_key => $limit);
 	SELECT jobcap.enqueue_jobs('edge_both', array_fill('{}'::jsonb, ARRAY[6000]),
 	                           concurrency_keys => (SELECT array_agg(CASE WHEN i % 2 = 0 THEN 'k' END)
 	                                                  FROM generate_series(1, 6000) i));
 });
+# The rate-limited queue's claims run 16 at once, one per slot: then no claim finds every slot
+# taken and the claims go on sharing the turn in waves, each wave's claims seeing the last's
+# charges, never their own (with 24 clients the first claim that finds no slot sends them all
+# to the exclusive turn after the first wave, and a bound too loose would go unseen).
+my %clients = (edge_rate => 16);
 my %want = (
 	edge => "$limit $limit 1",
 	edge_key => "$limit $limit 1",
+	edge_rate => "$limit $limit 1",
 	edge_both => "2000 $limit 1");
 for my $queue (sort keys %want)
 {
@@ -116,9 +155,9 @@ for my $queue (sort keys %want)
 	  . "SELECT pg_sleep(0.02);\nCOMMIT;\n";
 	close $fh;
 	$node->command_ok(
-		[ $node->installed_command('pgbench'), '-n', '-c', '24', '-j', '2', '-t', '10',
-		  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
-		"$queue: 24 clients claim batches of 32");
+		[ $node->installed_command('pgbench'), '-n', '-c', $clients{$queue} // 24, '-j', '2',
+		  '-t', '10', '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+		"$queue: " . ($clients{$queue} // 24) . " clients claim batches of 32");
 	is($node->safe_psql('postgres', qq{
 			SELECT count(*) FILTER (WHERE state = 'running') || ' '
 			       || count(*) FILTER (WHERE state = 'running' AND concurrency_key IS NOT DISTINCT FROM
@@ -127,5 +166,9 @@ for my $queue (sort keys %want)
 			  FROM jobcap.jobs WHERE queue = '$queue'}),
 		$want{$queue}, "$queue: exactly the limit runs ($want{$queue}: in all, of the key, most attempts)");
 }
+is($node->safe_psql('postgres', q{
+		SELECT sum(c) || ' ' || bool_or(r.slot >= 0)
+		  FROM jobcap.queue_rates r, unnest(r.counts) c WHERE r.queue = 'edge_rate'}),
+	"$limit true", 'edge_rate: the window counts every claim, some of them charged under slots');
 
 done_testing();
