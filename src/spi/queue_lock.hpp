@@ -21,9 +21,10 @@ void lock_queue_for_create(Datum queue);
 // drop_queue: waits for every transaction that inserted into queue and has not ended.
 void lock_queue_for_drop(Datum queue);
 
-// The claim turn of a queue whose limits are max_running and max_running_per_key (a tag of its own,
-// objsubid 5, held to the end of the transaction; a key's running jobs are some of the queue's, so
-// below, read max_running as the smaller of the two). A capped queue's claims used to take turns on
+// The claim turn of a queue whose limits are max_running, max_running_per_key and rate_limit (a tag
+// of its own, objsubid 5, held to the end of the transaction; a key's running jobs are some of the
+// queue's, so below, read max_running as the smaller of the first two; a rate limit is bounded the
+// same way, each slot charging its own row of the window: spi/rates.hpp). A capped queue's claims used to take turns on
 // its row, one at a time, even with the limit far above the load, and so claimed at half an open
 // queue's rate. Now a claim far enough below max_running takes the turn SHARED, together with one
 // of kClaimSlots slots (tags with objsubid 6, EXCLUSIVE, never waited for), claims at most
