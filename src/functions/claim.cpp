@@ -8,12 +8,13 @@
 //
 // Queue controls are read inside the same statements: a paused queue hands out nothing, and a
 // queue with max_running, rate_limit or max_running_per_key hands out only what fits. The common
-// case (none) costs one one-time filter on the queue's row. A claim far below max_running and
-// max_running_per_key, its only limits, runs as an open one's, in a shared turn (queue_lock.hpp).
+// case (none) costs one one-time filter on the queue's row. A claim far below max_running,
+// max_running_per_key and rate_limit, its only limits, runs as an open one's, in a shared turn
+// (queue_lock.hpp), and charges a rate-limited queue's window in its slot's own row.
 // Any other capped claim takes the turn exclusive (after the shared claims in flight), then the
 // queue's row lock, counts the queue's running jobs (per concurrency key too) and reads its
-// rate window (core/flow.hpp) with a fresh snapshot, claims at most what all allow, and charges
-// the window with what it claimed, in its own transaction. Round-robin fairness is a capped
+// rate window (core/flow.hpp, spi/rates.hpp) with a fresh snapshot, claims at most what all
+// allow, and charges the window's exclusive row with what it claimed, in its own transaction. Round-robin fairness is a capped
 // queue's too: its claim reads and writes the queue's turn (jobcap.queue_turns) under the lock.
 #include "spi/rates.hpp"
 #include "housekeeping/rollbacks.hpp"
