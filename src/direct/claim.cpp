@@ -57,7 +57,7 @@ bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q, int slot
         !running_at_most(op, queue, static_cast<int64>(q.run_cap) - kSharedClaimRoom))
         return false;
     if (q.rate_limit > 0) {
-        if (read_rate_rows(op, queue, q, slot, now, &charge->window) < kSharedClaimRoom)
+        if (read_rate_rows(op, queue, q, slot, now, charge) < kSharedClaimRoom)
             return false;
         charge->slot = slot;
     }
@@ -238,6 +238,8 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     }
     index_endscan(scan);
     ExecDropSingleTupleTableSlot(seen);
+    if (charge->slot >= 0 && (claimed > 0 || charge->window.moved))
+        write_rate_row(op, queue, *charge, claimed);
     end(op);
     return claimed;
 }

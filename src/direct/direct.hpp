@@ -86,11 +86,13 @@ struct Claimed {
 };
 
 // A claim of a rate-limited queue under the shared turn: the slot it claimed under and the
-// queue's window, the slot's own row to be charged with what it claimed (functions/claim.cpp
-// writes it, in the claim's transaction). slot -1: nothing to charge.
+// queue's window, the slot's own row to be charged with what it claimed (claim() writes it, in
+// the claim's transaction). slot -1: nothing charged.
 struct RateCharge {
     int slot;
     RateRows window;
+    bool found;  // the own row exists, its version read at tid
+    ItemPointerData tid;
 };
 
 // Claims up to call.batch pending, due jobs of call.queue below their cap, in claim order

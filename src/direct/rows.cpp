@@ -5,7 +5,6 @@
 #include "direct/rows.hpp"
 
 #include "direct/vet.hpp"
-#include "spi/queue_lock.hpp"
 
 namespace jobcap::direct {
 namespace {
@@ -365,40 +364,6 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
     systable_endscan(scan);
     table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction
     return found;
-}
-
-int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int own_slot, TimestampTz now,
-                     RateRows* window)
-{
-    *window = rate_rows(kClaimSlots + 1);
-    Relation rates = table_open(shape.rates, AccessShareLock);
-    Relation index = index_open(shape.rates_pkey, AccessShareLock);
-    ScanKeyData key;
-    text_key(&key, index, 1, queue);
-    index_close(index, NoLock);
-    key.sk_attno = shape.rate_queue;
-    SysScanDesc scan = systable_beginscan(rates, shape.rates_pkey, true, op.snapshot, 1, &key);
-    TupleDesc desc = RelationGetDescr(rates);
-    HeapTuple t;
-    while (HeapTupleIsValid(t = systable_getnext(scan))) {
-        bool isnull = false;
-        Datum name = heap_getattr(t, shape.rate_queue, desc, &isnull);
-        if (isnull ||
-            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue)))
-            continue;  // another queue's row under the index's collation
-        bool n1 = false, n2 = false, n3 = false, n4 = false;
-        Datum slot = heap_getattr(t, shape.rate_slot, desc, &n1);
-        Datum slot_us = heap_getattr(t, shape.rate_slot_us, desc, &n2);
-        Datum newest = heap_getattr(t, shape.rate_newest, desc, &n3);
-        Datum counts = heap_getattr(t, shape.rate_counts, desc, &n4);
-        if (n1 || n2 || n3 || n4)
-            continue;  // NOT NULL columns (learn_rates)
-        add_rate_row(*window, DatumGetInt32(slot) == own_slot, slot_us, newest, counts,
-                     q.rate_slot_us, now);
-    }
-    systable_endscan(scan);
-    table_close(rates, NoLock);  // as a statement's locks: held to the end of the transaction
-    return rate_rows_room(*window, q.rate_slot_us, now, q.rate_limit);
 }
 
 bool lock_current(Op& op, const Access& access, int64 job_id, int64 fence, bool same_queue)

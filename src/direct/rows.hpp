@@ -5,7 +5,6 @@
 #include "direct/shape.hpp"
 
 #include "core/cap.hpp"
-#include "spi/rates.hpp"
 
 namespace jobcap::direct {
 
@@ -160,11 +159,15 @@ PredicateMemo predicate_memo(const AttrNumber* varying, int n);
 // of the old version's duplicates, as the executor hints); a new row's entries never are.
 void insert_index_entries(Op& op, TupleTableSlot* slot, bool update, PredicateMemo* memo = nullptr);
 
-// Reads queue's rows of jobcap.queue_rates (shape.rates) in op's snapshot into *window, the row
-// of own_slot as the claim's own, and returns the room they leave under q's rate limit at now
-// (spi/rates.hpp).
-int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int own_slot, TimestampTz now,
-                     RateRows* window);
+// Reads queue's rows of jobcap.queue_rates (shape.rates) in op's snapshot into charge->window,
+// the row of slot as the claim's own (its version at charge->tid), and returns the room they
+// leave under q's rate limit at now (spi/rates.hpp). In direct/rates.cpp, as the next.
+int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, TimestampTz now,
+                     RateCharge* charge);
+
+// Writes charge's own row of queue's window charged with n claims: the version read updated
+// (HOT when it fits), or a new row.
+void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n);
 
 // Whether caller may work queue: privileged, or a grant of the queue names a role whose
 // privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).

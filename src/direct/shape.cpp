@@ -130,8 +130,8 @@ bool learn_errors(Shape& s)
     return ok;
 }
 
-// jobcap.queue_rates as the claims read it (s.rates invalid otherwise: compat(0.2.0), or a
-// table changed by hand).
+// jobcap.queue_rates as the shared claims read and write it (s.rates invalid otherwise:
+// compat(0.2.0), or a table changed by hand, whose rate-limited claims go to the SQL path).
 void learn_rates(Shape& s, Oid nsp)
 {
     s.rates = get_relname_relid("queue_rates", nsp);
@@ -147,7 +147,23 @@ void learn_rates(Shape& s, Oid nsp)
     s.rate_slot_us = column(desc, "slot_us", INT8OID);
     s.rate_newest = column(desc, "newest", INT8OID);
     s.rate_counts = column(desc, "counts", INT4ARRAYOID);
-    bool ok = true;
+    // Written without the executor (direct/rates.cpp): nothing it would run, the primary key
+    // its one index (and the replica identity), no column but these five.
+    List* indexes = RelationGetIndexList(rates);
+    TupleConstr* constr = desc->constr;
+    bool ok = rates->trigdesc == nullptr && !rates->rd_rel->relrowsecurity &&
+              rates->rd_rules == nullptr && rates->rd_rel->relkind == RELKIND_RELATION &&
+              !rates->rd_rel->relispartition && !rates->rd_rel->relhassubclass &&
+              rates->rd_rel->relam == HEAP_TABLE_AM_OID &&
+              rates->rd_rel->relreplident == REPLICA_IDENTITY_DEFAULT &&
+              (constr == nullptr || (constr->num_check == 0 && !constr->has_generated_stored &&
+                                     !jobcap_has_generated_virtual(constr))) &&
+              list_length(indexes) == 1 && linitial_oid(indexes) == s.rates_pkey;
+    list_free(indexes);
+    int live = 0;
+    for (int a = 0; a < desc->natts; ++a)
+        live += TupleDescAttr(desc, a)->attisdropped ? 0 : 1;
+    ok = ok && live == 5;
     const AttrNumber columns[] = {s.rate_queue, s.rate_slot, s.rate_slot_us, s.rate_newest,
                                   s.rate_counts};
     for (AttrNumber a : columns) {

@@ -489,7 +489,7 @@ void return_claimed(FunctionCallInfo fcinfo, uint64 rows)
 // The batch claim on the direct path (direct/direct.hpp): claims, notes and returns the jobs in
 // claim order. False, with nothing claimed, when the SQL path must decide (the direct path is
 // off or not usable here; the queue is missing, paused, capped or not the caller's).
-bool claim_directly(FunctionCallInfo fcinfo, Access& access, const char* function,
+bool claim_directly(FunctionCallInfo fcinfo, const Access& access, const char* function,
                     const ClaimCall& call)
 {
     if (!direct::usable(function, access, direct::Need::claim))
@@ -501,11 +501,6 @@ bool claim_directly(FunctionCallInfo fcinfo, Access& access, const char* functio
     if (n < 0) {
         pfree(jobs);
         return false;
-    }
-    if (charge.slot >= 0 && (n > 0 || charge.window.moved)) {
-        spi_open(access);
-        charge_rate_window(charge.window, call.queue.datum, charge.slot, n);
-        spi_close(access);
     }
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     for (int i = 0; i < n; ++i) {

@@ -170,5 +170,37 @@ is($node->safe_psql('postgres', q{
 		SELECT sum(c) || ' ' || bool_or(r.slot >= 0)
 		  FROM jobcap.queue_rates r, unnest(r.counts) c WHERE r.queue = 'edge_rate'}),
 	"$limit true", 'edge_rate: the window counts every claim, some of them charged under slots');
+# The shared claims wrote their rows without the executor (src/direct/rates.cpp), updates HOT
+# or not and inserts: the primary key holds every row once (amcheck reads the heap against it).
+$node->safe_psql('postgres', 'CREATE EXTENSION amcheck');
+is($node->safe_psql('postgres', q{
+		SELECT jobcap_checked FROM (SELECT bt_index_parent_check('jobcap.queue_rates_pkey', true)) c(jobcap_checked)}),
+	'', 'queue_rates_pkey indexes every row of the window');
+# A charge whose page is full: the row's new version goes to another page, with a new key entry.
+# (A claim takes whichever slot is free: every slot's row is there, on the full page.)
+my $before = $node->safe_psql('postgres', q{
+	SELECT n_tup_upd - n_tup_hot_upd FROM pg_stat_user_tables
+	 WHERE relid = 'jobcap.queue_rates'::regclass});
+$node->safe_psql('postgres', q{
+	SELECT jobcap.enqueue_jobs('rated', array_fill('{}'::jsonb, ARRAY[3]));
+	VACUUM jobcap.queue_rates;
+	INSERT INTO jobcap.queue_rates
+	  SELECT 'rated', s, 225000000, 0, array_fill(0, ARRAY[17]) FROM generate_series(0, 15) s
+	  ON CONFLICT DO NOTHING;
+	INSERT INTO jobcap.queue_rates
+	  SELECT 'filler', s, 1, 0, array_fill(0, ARRAY[17]) FROM generate_series(0, 399) s;
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('rated', 'f', 3)}), '3',
+	'a claim whose row sits in a full page');
+ok($node->poll_query_until('postgres', qq{
+	SELECT n_tup_upd - n_tup_hot_upd > $before FROM pg_stat_user_tables
+	 WHERE relid = 'jobcap.queue_rates'::regclass}), 'its row\'s new version left the page');
+is($node->safe_psql('postgres', q{
+		SELECT string_agg(n::text, ',' ORDER BY n) FROM (SELECT (SELECT sum(c) FROM unnest(counts) c) n
+		  FROM jobcap.queue_rates WHERE queue = 'rated') r WHERE n > 0}),
+	'1,2,3', 'its charge is counted, in a row of its own');
+is($node->safe_psql('postgres', q{
+		SELECT jobcap_checked FROM (SELECT bt_index_parent_check('jobcap.queue_rates_pkey', true)) c(jobcap_checked)}),
+	'', 'queue_rates_pkey indexes the new version');
 
 done_testing();

@@ -1,0 +1,101 @@
+// A rate-limited queue's window on the direct path (rows.hpp): a shared claim reads every row of
+// the queue's window in jobcap.queue_rates and charges its slot's own row, which no other claim
+// writes while it holds the slot (spi/queue_lock.hpp). The charge is the SQL path's upsert
+// (spi/rates.cpp) without the executor: the version read updated, HOT when it fits, or a new
+// row inserted with its primary key entry.
+#include "direct/rows.hpp"
+
+#include "spi/queue_lock.hpp"
+
+namespace jobcap::direct {
+
+int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, TimestampTz now,
+                     RateCharge* charge)
+{
+    charge->window = rate_rows(kClaimSlots + 1);
+    charge->found = false;
+    Relation rates = table_open(shape.rates, AccessShareLock);
+    Relation index = index_open(shape.rates_pkey, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyEntryInitialize(&key, 0, shape.rate_queue, BTEqualStrategyNumber, InvalidOid,
+                           index->rd_indcollation[0], F_TEXTEQ, queue);
+    index_close(index, NoLock);
+    SysScanDesc scan = systable_beginscan(rates, shape.rates_pkey, true, op.snapshot, 1, &key);
+    TupleDesc desc = RelationGetDescr(rates);
+    HeapTuple t;
+    while (HeapTupleIsValid(t = systable_getnext(scan))) {
+        bool isnull = false;
+        Datum name = heap_getattr(t, shape.rate_queue, desc, &isnull);
+        if (isnull ||
+            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue)))
+            continue;  // another queue's row under the index's collation
+        bool n1 = false, n2 = false, n3 = false, n4 = false;
+        Datum row_slot = heap_getattr(t, shape.rate_slot, desc, &n1);
+        Datum slot_us = heap_getattr(t, shape.rate_slot_us, desc, &n2);
+        Datum newest = heap_getattr(t, shape.rate_newest, desc, &n3);
+        Datum counts = heap_getattr(t, shape.rate_counts, desc, &n4);
+        if (n1 || n2 || n3 || n4)
+            continue;  // NOT NULL columns (learn_rates)
+        bool own = DatumGetInt32(row_slot) == slot;
+        if (own) {
+            charge->found = true;
+            charge->tid = t->t_self;
+        }
+        add_rate_row(charge->window, own, slot_us, newest, counts, q.rate_slot_us, now);
+    }
+    systable_endscan(scan);
+    table_close(rates, NoLock);  // as a statement's locks: held to the end of the transaction
+    return rate_rows_room(charge->window, q.rate_slot_us, now, q.rate_limit);
+}
+
+void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
+{
+    core::RateWindow& own = charge.window.rows[charge.window.own];
+    core::rate_charge(own, n);
+    Datum counts[core::kRateRing];
+    for (int s = 0; s < core::kRateRing; ++s)
+        counts[s] = Int32GetDatum(own.counts[s]);
+
+    Relation rates = table_open(shape.rates, RowExclusiveLock);
+    TupleDesc desc = RelationGetDescr(rates);
+    TupleTableSlot* row = table_slot_create(rates, nullptr);
+    ExecClearTuple(row);
+    for (int a = 0; a < desc->natts; ++a)  // every other column is a dropped one (learn_rates)
+        row->tts_isnull[a] = true;
+    auto set = [&](AttrNumber a, Datum v) {
+        row->tts_values[a - 1] = v;
+        row->tts_isnull[a - 1] = false;
+    };
+    set(shape.rate_queue, queue);
+    set(shape.rate_slot, Int32GetDatum(charge.slot));
+    set(shape.rate_slot_us, Int64GetDatum(own.slot_us));
+    set(shape.rate_newest, Int64GetDatum(own.newest));
+    set(shape.rate_counts,
+        PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
+    ExecStoreVirtualTuple(row);
+
+    bool indexed = true;
+    if (charge.found) {
+        // Only the holder of the slot writes its row (and alter_queue and drop_queue, which
+        // take the turn exclusive): the version read is the latest, or the update raises.
+        JobcapUpdateIndexes how;
+        simple_table_tuple_update(rates, &charge.tid, row, op.snapshot, &how);
+        indexed = jobcap_update_needs_indexes(how);
+    } else {
+        simple_table_tuple_insert(rates, row);
+    }
+    if (indexed) {
+        // The primary key, the table's one index (learn_rates): checked as an INSERT's (a row
+        // of the slot committed meanwhile, by hand, raises 23505).
+        Relation index = index_open(shape.rates_pkey, RowExclusiveLock);
+        Datum key[2] = {queue, Int32GetDatum(charge.slot)};
+        bool nulls[2] = {false, false};
+        IndexInfo* info = BuildIndexInfo(index);
+        index_insert(index, key, nulls, &row->tts_tid, rates, UNIQUE_CHECK_YES, charge.found, info);
+        index_close(index, NoLock);
+    }
+    ExecDropSingleTupleTableSlot(row);
+    table_close(rates, NoLock);
+}
+
+}  // namespace jobcap::direct
