@@ -64,11 +64,21 @@ bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q, int slot
     return true;
 }
 
+// The claim's time once it holds a turn, read after the snapshot: every charge of a rate window
+// that snapshot sees was made by a claim whose clock was read before it committed, so before
+// this reading, and the window's rows, moved to their newest slot, are never charged later than
+// the claimed_at of the jobs they count (with a clock that does not go back). A time read
+// before a wait for the turn would be: its jobs counted in a later slot than their claimed_at.
+TimestampTz clock_after_snapshot()
+{
+    return GetCurrentTimestamp();
+}
+
 // A capped queue's claim: the slot of the shared turn it took (spi/queue_lock.hpp), with *q
 // read again in a snapshot taken after it, or -1 (holding nothing) when the SQL path must
 // decide: the queue is near a limit or has another limit, every slot is taken, or the batch
 // is too large for a slot.
-int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz now, QueueRow* q,
+int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz* now, QueueRow* q,
                      RateCharge* charge)
 {
     if (!may_share(*q, batch))
@@ -77,8 +87,11 @@ int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz now, QueueRow* 
     if (slot < 0)
         return -1;
     fresh_snapshot(op);
-    if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q, slot, now, charge))
+    TimestampTz before = *now;
+    *now = clock_after_snapshot();
+    if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q, slot, *now, charge))
         return slot;
+    *now = before;
     charge->slot = -1;
     give_back_shared_claim_turn(queue, slot);
     return -1;
@@ -123,8 +136,10 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     int turn = -1;
     if (call.batch <= kSharedClaimBatch && is_shared_last(queue)) {
         turn = take_shared_claim_turn(queue);
-        if (turn >= 0)
+        if (turn >= 0) {
             fresh_snapshot(op);
+            now = clock_after_snapshot();
+        }
     }
 
     // The queue's settings, as the statement's one-time filter and InitPlans read them.
@@ -134,9 +149,10 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
         charge->slot = -1;
         give_back_shared_claim_turn(queue, turn);
         turn = -1;
+        now = call.now;  // an open queue's claim: the call's time, as the SQL path's
         open = open && !q.limited;
     } else if (turn < 0 && open && q.limited) {
-        turn = take_shared_turn(op, queue, call.batch, now, &q, charge);
+        turn = take_shared_turn(op, queue, call.batch, &now, &q, charge);
         open = turn >= 0;
     }
     remember_shared(queue, turn >= 0);

@@ -14,8 +14,17 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
 {
     charge->window = rate_rows(kClaimSlots + 1);
     charge->found = false;
-    Relation rates = table_open(shape.rates, AccessShareLock);
-    Relation index = index_open(shape.rates_pkey, AccessShareLock);
+    // The write's lock, taken now and held to commit, so no index, trigger or constraint can be
+    // added between the read and the write (CREATE INDEX and CREATE TRIGGER wait for it); one
+    // that came before it forgets the shape (its invalidation is read here): no room then, and
+    // the claim goes to the SQL path.
+    Relation rates = table_open(shape.rates, RowExclusiveLock);
+    Relation index = index_open(shape.rates_pkey, RowExclusiveLock);
+    if (!shape.known) {
+        index_close(index, NoLock);
+        table_close(rates, NoLock);
+        return 0;
+    }
     ScanKeyData key;
     ScanKeyEntryInitialize(&key, 0, shape.rate_queue, BTEqualStrategyNumber, InvalidOid,
                            index->rd_indcollation[0], F_TEXTEQ, queue);

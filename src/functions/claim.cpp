@@ -315,8 +315,9 @@ namespace {
 
 // A capped queue's room and, for a rate-limited one, the window its claim charges.
 struct Room {
-    int32 room;  // how many more jobs the queue may start now; -1: no cap (any more)
-    bool rated;  // a rate limit applies: charge window's own row with what the claim took
+    TimestampTz now;  // the claim's time, read under the turn
+    int32 room;       // how many more jobs the queue may start now; -1: no cap (any more)
+    bool rated;       // a rate limit applies: charge window's own row with what the claim took
     RateRows window;
     bool keyed, round_robin;    // a per-key limit or round-robin: claim_job_keyed claims
     int32 per_key;              // 0: none
@@ -329,7 +330,7 @@ struct Room {
 // 0 when it is paused, full or out of rate; -1 when it has no cap (any more). A keyed queue's
 // (max_running_per_key or round-robin) also brings its running jobs per key and its turn.
 // flow: the schema has rate limits and keys (compat(0.2.0): not the 0.2.0 one).
-Room capped_room(Datum queue, TimestampTz now, bool flow)
+Room capped_room(Datum queue, bool flow)
 {
     Room r = {};
     Params p;
@@ -338,6 +339,12 @@ Room capped_room(Datum queue, TimestampTz now, bool flow)
     if (execute(flow ? statements::lock_capped_queue : statements::lock_capped_queue_0_2, p,
                 SPI_OK_SELECT) == 0)
         return r;
+    // The claim's time, read once it holds the turn and the row: every charge of the rate window
+    // was made by a claim whose clock was read before it committed, so before this (the direct
+    // path's clock_after_snapshot); a time read before the wait would have the window charge its
+    // jobs in a later slot than their claimed_at.
+    r.now = GetCurrentTimestamp();
+    TimestampTz now = r.now;
     if (DatumGetBool(result_column(0, 1)))
         return r;
     bool uncapped = false, unrated = false, unkeyed = false;
@@ -391,10 +398,10 @@ void charge_room(Room& r, Datum queue, uint64 rows)
 
 // claim_job's statement parameters for call, claiming at most batch: now, worker, lease, queue,
 // batch, caller, uncounted jobs.
-Params claim_params(const ClaimCall& call, int32 batch, const Access& access)
+Params claim_params(const ClaimCall& call, int32 batch, const Access& access, TimestampTz now)
 {
     Params p;
-    p.add(TimestampTzGetDatum(call.now)).add(call.worker.datum).add(call.lease, call.no_lease);
+    p.add(TimestampTzGetDatum(now)).add(call.worker.datum).add(call.lease, call.no_lease);
     p.add(call.queue.datum).add(Int32GetDatum(batch)).add_caller(access);
     p.add(call.uncounted);
     return p;
@@ -408,7 +415,7 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
 {
     *room = Room{};
     const NameArg& queue = call.queue;
-    Params claim = claim_params(call, call.batch, access);
+    Params claim = claim_params(call, call.batch, access, call.now);
     // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
     if (!queues_paused_column_exists()) {
         uint64 rows = execute(statements::claim_job_0_1, claim, SPI_OK_UPDATE_RETURNING);
@@ -438,15 +445,16 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
     result_column(0, 2, &uncapped);
     if (DatumGetBool(result_column(0, 1)) || uncapped)
         return 0;
-    *room = capped_room(queue.datum, call.now, flow);
+    *room = capped_room(queue.datum, flow);
     if (room->room < 0 && !room->keyed)  // the cap was lifted meanwhile
         return execute(open_claim, claim, SPI_OK_UPDATE_RETURNING);
     if (room->room == 0)
         return 0;
     int32 batch = room->room < 0 ? call.batch : Min(call.batch, room->room);
     if (!room->keyed)
-        return execute(capped_claim, claim_params(call, batch, access), SPI_OK_UPDATE_RETURNING);
-    Params keyed = claim_params(call, batch, access);
+        return execute(capped_claim, claim_params(call, batch, access, room->now),
+                       SPI_OK_UPDATE_RETURNING);
+    Params keyed = claim_params(call, batch, access, room->now);
     add_key_room(keyed, *room);
     keyed.add(BoolGetDatum(room->round_robin));
     keyed.add(room->last_null, room->no_turn);
@@ -614,11 +622,14 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
     refuse_claim_in_subtransaction(function);
     InitMaterializedSRF(fcinfo, 0);
 
-    TimestampTz now = GetCurrentTimestamp();
-    Params p;
-    p.add(TimestampTzGetDatum(now)).add(worker.datum).add(lease, no_lease);
-    p.add(Int64GetDatum(job_id)).add_caller(access);
-    p.add(uncounted_rolled_back_jobs());
+    Datum uncounted = uncounted_rolled_back_jobs();
+    auto params_at = [&](TimestampTz now) {
+        Params p;
+        p.add(TimestampTzGetDatum(now)).add(worker.datum).add(lease, no_lease);
+        p.add(Int64GetDatum(job_id)).add_caller(access).add(uncounted);
+        return p;
+    };
+    Params p = params_at(GetCurrentTimestamp());
     reserve_claims(1);
     spi_open(access);
     // compat(0.1.0): the 0.1.0 schema's claim, without queue controls.
@@ -648,12 +659,14 @@ JOBCAP_FUNCTION(claim_job_by_id, Duty::worker)
             queue = result_column(0, 1);
             result_column(0, 3, &uncapped);
             if (!DatumGetBool(result_column(0, 2)) && !uncapped) {
-                room = capped_room(queue, now, flow);
+                room = capped_room(queue, flow);
+                Params capped = params_at(room.now);
                 if (room.room != 0 && room.keyed) {
-                    add_key_room(p, room);
-                    rows = execute(statements::claim_job_by_id_keyed, p, SPI_OK_UPDATE_RETURNING);
+                    add_key_room(capped, room);
+                    rows =
+                        execute(statements::claim_job_by_id_keyed, capped, SPI_OK_UPDATE_RETURNING);
                 } else if (room.room != 0) {
-                    rows = execute(room.room < 0 ? open_claim : capped_claim, p,
+                    rows = execute(room.room < 0 ? open_claim : capped_claim, capped,
                                    SPI_OK_UPDATE_RETURNING);
                 }
             }

@@ -362,10 +362,6 @@ JOBCAP_FUNCTION(drop_queue, Duty::operator_)
     p.add(queue.datum);
 
     spi_open(access);
-    // The claim turn first, as every holder of the queue's row takes it: a claim under the
-    // shared turn is done (its charge to its slot's row of the rate window committed) before
-    // the rows are deleted.
-    take_exclusive_claim_turn(queue.datum);
     if (execute(lock_queue_row, p, SPI_OK_SELECT) == 0)
         raise_unknown_queue(queue.cstr);
     execute(lock_queue_jobs, p, SPI_OK_SELECT);

@@ -134,9 +134,11 @@ void fold_rate_window(Datum queue, int64 slot_us, TimestampTz now)
     }
     if (counted || w.n > 1)
         charge_rate_window(w, queue, -1, 0);
+    // With the snapshot the rows were read in (at REPEATABLE READ the transaction's would leave
+    // rows charged after it, counted twice then).
     Params p;
     p.add(queue);
-    execute(statements::delete_slot_rates, p, SPI_OK_DELETE);
+    execute_fresh(statements::delete_slot_rates, p, SPI_OK_DELETE);
 }
 
 }  // namespace jobcap

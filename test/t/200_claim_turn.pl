@@ -13,6 +13,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time);
 use JobcapTest;
 
 my $node = jobcap_node('claim_turn', max_connections => 40);
@@ -120,6 +121,38 @@ is(rate_rows('rated_narrow'), 'x100', 'a claim near the rate limit charged the e
 $holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('rated_narrow', 'h', 1)});
 is(turn_locks($pid), 'ExclusiveLock/5', 'a claim near rate_limit takes the turn exclusive');
 $holder->query_safe('COMMIT');
+
+# A claim's time is read once it holds the turn: a claim that waited for another's turn is not
+# charged to a later slot than its jobs' claimed_at (it was, when the time was read before the
+# wait: 19 claims within one period of 3.2 s, at a limit of 10). A fills the window; H claims
+# nothing (the window is full) and holds the turn; X waits for it; once A's claims have left the
+# window, H claims 1 and commits, and X takes the 9 left.
+$node->safe_psql('postgres', q{
+	SELECT jobcap.create_queue('late', rate_limit => 10, rate_period => '3.2 seconds');
+	SELECT jobcap.enqueue_jobs('late', array_fill('{}'::jsonb, ARRAY[100]));
+});
+my $t0 = time;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('late', 'A', 10)}), '10',
+	'A fills the window');
+select(undef, undef, undef, 2.9 - (time - $t0));
+$holder->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('late', 'H', 1)});
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/started/, q{\echo started
+	SELECT count(*) FROM jobcap.claim_job('late', 'X', 10);
+});
+select(undef, undef, undef, 3.6 - (time - $t0));
+is($holder->query_safe(q{SELECT count(*) FROM jobcap.claim_job('late', 'H', 1)}), '1',
+	'H claims once A\'s claims have left the window');
+$holder->query_safe('COMMIT');
+$waiter->quit;
+is($node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE worker = 'X') || ' '
+		       || (SELECT max((SELECT count(*) FROM jobcap.jobs k WHERE k.queue = 'late'
+		                        AND k.claimed_at > j.claimed_at - interval '3.2 seconds'
+		                        AND k.claimed_at <= j.claimed_at))
+		             FROM jobcap.jobs j WHERE j.queue = 'late' AND j.claimed_at IS NOT NULL)
+		  FROM jobcap.jobs WHERE queue = 'late'}),
+	'9 10', 'X took the 9 left, and no window of the period holds more than 10 by claimed_at');
 $holder->quit;
 
 # The edge.
@@ -202,5 +235,26 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', q{
 		SELECT jobcap_checked FROM (SELECT bt_index_parent_check('jobcap.queue_rates_pkey', true)) c(jobcap_checked)}),
 	'', 'queue_rates_pkey indexes the new version');
+
+# DDL on queue_rates between a shared claim's read of the window and its write: the claim takes
+# the write's lock before it reads, so an index created meanwhile waits for it, or (created
+# first, as here) is seen by it, and the claim goes to the SQL path, whose INSERT fills every
+# index. Before, the claim wrote its row into the primary key only.
+$node->safe_psql('postgres', q{SELECT jobcap.enqueue_jobs('rated', array_fill('{}'::jsonb, ARRAY[3]))});
+my $ddl = $node->background_psql('postgres');
+$ddl->query_safe('BEGIN; LOCK TABLE jobcap.queue_rates IN SHARE MODE');
+my $claimer = $node->background_psql('postgres');
+$claimer->query_until(qr/started/, q{\echo started
+	SELECT count(*) FROM jobcap.claim_job('rated', 'ddl', 3);
+});
+$ddl->query_safe('CREATE INDEX queue_rates_by_counts ON jobcap.queue_rates (queue, counts); COMMIT');
+$ddl->quit;
+$claimer->quit;
+is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobcap.jobs WHERE queue = 'rated' AND worker = 'ddl' AND state = 'running'}),
+	'3', 'the claim waited for the DDL, then claimed');
+is($node->safe_psql('postgres', q{
+		SELECT jobcap_checked FROM (SELECT bt_index_check('jobcap.queue_rates_by_counts', true)) c(jobcap_checked)}),
+	'', 'the index created meanwhile holds its row');
 
 done_testing();
