@@ -103,7 +103,7 @@ int32 read_rate_window(Datum queue, int64 slot_us, TimestampTz now, int32 limit,
     return rate_rows_room(*window, slot_us, now, limit);
 }
 
-void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n)
+void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n, bool fresh)
 {
     core::RateWindow& own = window.rows[window.own];
     core::rate_charge(own, static_cast<int32>(n));
@@ -115,7 +115,10 @@ void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n)
     p.add(Int64GetDatum(own.newest));
     p.add(
         PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
-    execute(statements::charge_rate, p, SPI_OK_INSERT);
+    if (fresh)
+        execute_fresh(statements::charge_rate, p, SPI_OK_INSERT);
+    else
+        execute(statements::charge_rate, p, SPI_OK_INSERT);
 }
 
 void fold_rate_window(Datum queue, int64 slot_us, TimestampTz now)
@@ -132,10 +135,10 @@ void fold_rate_window(Datum queue, int64 slot_us, TimestampTz now)
             own.counts[s] = static_cast<int32>(
                 Min(static_cast<int64>(own.counts[s]) + w.rows[i].counts[s], core::kMaxRateLimit));
     }
+    // Written and deleted in the snapshot the rows were read in: at REPEATABLE READ the
+    // transaction's would leave rows charged after it (counted twice then) or fail to update.
     if (counted || w.n > 1)
-        charge_rate_window(w, queue, -1, 0);
-    // With the snapshot the rows were read in (at REPEATABLE READ the transaction's would leave
-    // rows charged after it, counted twice then).
+        charge_rate_window(w, queue, -1, 0, true);
     Params p;
     p.add(queue);
     execute_fresh(statements::delete_slot_rates, p, SPI_OK_DELETE);

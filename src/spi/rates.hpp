@@ -46,8 +46,8 @@ int32 rate_rows_room(RateRows& r, int64 slot_us, TimestampTz now, int32 limit);
 int32 read_rate_window(Datum queue, int64 slot_us, TimestampTz now, int32 limit, RateRows* window);
 
 // Inside an SPI connection: writes window's own row, that of slot (-1: the exclusive turn's),
-// charged with n claims.
-void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n);
+// charged with n claims (fresh: in the latest snapshot, the one read_rate_window read it in).
+void charge_rate_window(RateRows& window, Datum queue, int slot, uint64 n, bool fresh = false);
 
 // Inside an SPI connection, under the queue's exclusive claim turn, after its rate_period
 // changed to one of slot_us slots: folds the window's rows into the exclusive turn's, every
