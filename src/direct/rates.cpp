@@ -66,6 +66,9 @@ void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
         counts[s] = Int32GetDatum(own.counts[s]);
 
     Relation rates = table_open(shape.rates, RowExclusiveLock);
+    // As the SQL path's upsert: a publication whose column list or row filter does not cover
+    // the replica identity refuses the change.
+    CheckCmdReplicaIdentity(rates, charge.found ? CMD_UPDATE : CMD_INSERT);
     TupleDesc desc = RelationGetDescr(rates);
     TupleTableSlot* row = table_slot_create(rates, nullptr);
     ExecClearTuple(row);

@@ -236,6 +236,18 @@ is($node->safe_psql('postgres', q{
 		SELECT jobcap_checked FROM (SELECT bt_index_parent_check('jobcap.queue_rates_pkey', true)) c(jobcap_checked)}),
 	'', 'queue_rates_pkey indexes the new version');
 
+# A publication of queue_rates whose column list leaves out the replica identity: the direct
+# path's charge is refused as the SQL path's upsert is (nothing claimed, the error says why).
+$node->safe_psql('postgres', q{
+	SELECT jobcap.enqueue_jobs('rated', array_fill('{}'::jsonb, ARRAY[3]));
+	CREATE PUBLICATION rates_counts FOR TABLE jobcap.queue_rates (queue, counts) WITH (publish = 'update');
+});
+($rc, $out, $err) = $node->psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('rated', 'pub', 3)});
+like($err, qr/cannot update table "queue_rates"/, 'a publication that cannot carry the charge refuses it');
+$node->safe_psql('postgres', 'DROP PUBLICATION rates_counts');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('rated', 'pub', 3)}), '3',
+	'without it the claim goes through');
+
 # DDL on queue_rates between a shared claim's read of the window and its write: the claim takes
 # the write's lock before it reads, so an index created meanwhile waits for it, or (created
 # first, as here) is seen by it, and the claim goes to the SQL path, whose INSERT fills every
