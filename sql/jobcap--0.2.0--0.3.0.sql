@@ -484,6 +484,15 @@ ALTER TABLE jobcap.jobs ADD COLUMN concurrency_key text;
 COMMENT ON COLUMN jobcap.jobs.concurrency_key IS
     'The job''s concurrency key: its queue''s max_running_per_key caps the running jobs of each key, and round-robin fairness takes keys in turn; NULL: none.';
 
+-- The pending jobs that have a key, by queue, key and then claim order. A round-robin claim walks
+-- a queue's keys through it, one descent per key from the one its turn ended on, and takes each
+-- key's first due jobs from it, where without it every claim ranked the queue's whole backlog
+-- (functions/claim.cpp). A job without a key fails the first test: an ordinary enqueue writes no
+-- entry, and the claim and completion of such a job pay only a null bit in the HOT check.
+CREATE INDEX jobs_keys
+    ON jobcap.jobs (pg_catalog.hashtextextended(queue, 0), concurrency_key, priority, run_at, job_id)
+    WHERE concurrency_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'pending';
+
 -- max_running_per_key: at most that many running jobs of each concurrency key (NULL: no limit;
 -- jobs without a key are not limited by it). fairness: 'fifo' hands due jobs out by priority,
 -- run_at and id; 'round_robin' across concurrency keys in turn first. A queue with either is

@@ -137,6 +137,73 @@ END $$;
 SELECT 'complete_job' AS statement, * FROM scans(settle_plan('complete_job'));
 SELECT 'complete_jobs' AS statement, * FROM scans(settle_plan('complete_jobs'));
 
+-- A round-robin claim reads the first due jobs of the keys it takes, through jobs_keys, never the
+-- queue's backlog: 20,000 due jobs in 20 keys, each key's enqueued after the one before's, and
+-- 100 without a key. A claim of 4 after t11 takes t12, t13, t14 and t15, one descent and a job
+-- each (when it ranked the whole backlog it read every due job; a key's first job looked for in
+-- claim order would lie up to 19,000 rows in). A claim of 40 after t18 takes two rounds of the
+-- keys (t19, t2 ... t9, t0 ... t18) and no job without a key. With max_running_per_key 1 and
+-- 5 keys at it, a claim of 40 passes those keys, takes one job of each of the 15 others and
+-- then 25 without a key: only then is the claim index read, up to those jobs (behind all 20,000
+-- with a key in claim order here; the price of jobs without a key in a round-robin queue).
+SELECT jobcap.create_queue('turns', fairness => 'round_robin');
+SELECT jobcap.enqueue_jobs('turns', array_fill('{}'::jsonb, ARRAY[20000]),
+         concurrency_keys => (SELECT array_agg('t' || (i / 1000) ORDER BY i)
+                                FROM generate_series(0, 19999) i)) IS NOT NULL AS enqueued;
+SELECT jobcap.enqueue_jobs('turns', array_fill('{}'::jsonb, ARRAY[100])) IS NOT NULL AS enqueued;
+CREATE FUNCTION turns_plan(batch int, last_key text, per_key int DEFAULT NULL,
+                           at_limit text[] DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+  plan json;
+BEGIN
+  SELECT * INTO s FROM jobcap.statements() WHERE name = 'claim_job_turns';
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  PERFORM set_config(g, 'off', true) FROM unnest('{enable_seqscan,enable_bitmapscan,enable_sort,jit}'::text[]) g;
+  EXECUTE format('PREPARE turns_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
+  EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
+                 'EXECUTE turns_probe(clock_timestamp(), ''probe'', NULL, ''turns'', %s, NULL, ''{}'','
+                 ' %L, %L, %L, false, %L)', batch, per_key, at_limit,
+                 (SELECT array_agg(1) FROM unnest(at_limit)), last_key) INTO plan;
+  DEALLOCATE turns_probe;
+  RETURN plan::jsonb;
+END $$;
+-- The rows each index's scans of jobs read in all (EXPLAIN gives rows per loop, PostgreSQL 18 to
+-- two decimals: small sums are shown as such).
+CREATE FUNCTION reads(plan jsonb) RETURNS TABLE (index text, loops bigint, read bigint)
+LANGUAGE sql AS $$
+  SELECT n->>'Index Name', (n->>'Actual Loops')::bigint,
+         round(((n->>'Actual Rows')::numeric + coalesce((n->>'Rows Removed by Filter')::numeric, 0))
+               * (n->>'Actual Loops')::numeric)::bigint
+    FROM jsonb_path_query(plan, 'strict $.**?(@."Node Type" like_regex "Scan$")') n
+   WHERE n->>'Relation Name' = 'jobs'
+$$;
+BEGIN;
+SELECT index, sum(loops) AS loops,
+       CASE WHEN sum(read) < 100 THEN 'under 100' WHEN sum(read) < 1000 THEN 'under 1,000'
+            ELSE sum(read)::text END AS rows_read,
+       updated_rows(p) AS claimed
+  FROM turns_plan(4, 't11') p, reads(p) GROUP BY index, p ORDER BY index;
+ROLLBACK;
+BEGIN;
+SELECT index, sum(loops) AS loops,
+       CASE WHEN sum(read) < 100 THEN 'under 100' WHEN sum(read) < 1000 THEN 'under 1,000'
+            ELSE sum(read)::text END AS rows_read,
+       updated_rows(p) AS claimed
+  FROM turns_plan(40, 't18') p, reads(p) GROUP BY index, p ORDER BY index;
+ROLLBACK;
+BEGIN;
+SELECT index, sum(loops) AS loops,
+       CASE WHEN sum(read) < 100 THEN 'under 100' WHEN sum(read) < 1000 THEN 'under 1,000'
+            ELSE sum(read)::text END AS rows_read,
+       updated_rows(p) AS claimed
+  FROM turns_plan(40, 't18', 1, '{t19,t3,t5,t7,t9}') p, reads(p) GROUP BY index, p ORDER BY index;
+ROLLBACK;
+DROP FUNCTION turns_plan(int, text, int, text[]);
+DROP FUNCTION reads(jsonb);
+SELECT jobcap.drop_queue('turns', force => true);
+
 DROP FUNCTION settle_plan(text);
 DROP FUNCTION scans(jsonb);
 DROP FUNCTION claim_plan(int, text, oid);

@@ -14,10 +14,12 @@
 // Any other capped claim takes the turn exclusive (after the shared claims in flight), then the
 // queue's row lock, counts the queue's running jobs (per concurrency key too) and reads its
 // rate window (core/flow.hpp, spi/rates.hpp) with a fresh snapshot, claims at most what all
-// allow, and charges the window's exclusive row with what it claimed, in its own transaction. Round-robin fairness is a capped
-// queue's too: its claim reads and writes the queue's turn (jobcap.queue_turns) under the lock.
+// allow, and charges the window's exclusive row with what it claimed, in its own transaction.
+// Round-robin fairness is a capped queue's too: its claim reads and writes the queue's turn
+// (jobcap.queue_turns) under the lock. The keyed queues' statements: functions/claim_keyed.cpp.
 #include "spi/rates.hpp"
 #include "housekeeping/rollbacks.hpp"
+#include "functions/claim_sql.hpp"
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
@@ -34,58 +36,6 @@
 namespace jobcap {
 namespace statements {
 
-// The locking scan is a MATERIALIZED CTE, so it runs exactly once and locks at most the batch:
-// every eligibility predicate sits inside it (rows over their cap never take a batch slot), and
-// LockRows sits under the LIMIT (rows skipped or re-checked away do not count). The UPDATE
-// repeats every guard, because a materialised cohort is not re-checked by READ COMMITTED; the
-// guards are wrapped in IS TRUE (same meaning in a WHERE) so the planner cannot use them to pick
-// an index: it must reach the claimed rows by primary key, never by walking the backlog.
-// The fence comes from a sequence, so a claim that rolled back never hands its fence out again.
-// Parameters common to both claims: $1 = now (one clock reading per call), $2 = worker,
-// $3 = lease (NULL: the queue's). The grant check (access.hpp) sits in the cohort: a caller
-// may claim only jobs of queues granted to it.
-// PAUSED: the paused guard; CAP: the cap of job j joined with queue q (spi/cap.hpp, or the
-// 0.1.0 rule for the 0.1.0 schema).
-#define CLAIM_THE_COHORT(PAUSED, CAP)                                                              \
-    " UPDATE jobcap.jobs j SET state = 'running', attempts = j.attempts + 1,"                      \
-    "     fence = nextval('jobcap.fences'), lease = coalesce($3, q.lease),"                        \
-    "     lease_expires_at = $1 + coalesce($3, q.lease), worker = $2, claimed_at = $1,"            \
-    "     first_claimed_at = coalesce(j.first_claimed_at, $1)"                                     \
-    "   FROM jobcap.queues q"                                                                      \
-    "  WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM cohort)) AND q.queue = j.queue"              \
-    "    AND (j.state = 'pending' AND j.run_at <= $1" PAUSED " AND j.attempts < " CAP              \
-    ") IS TRUE"                                                                                    \
-    "  RETURNING j.job_id, j.fence, j.attempts, " CAP                                              \
-    ","                                                                                            \
-    "    j.payload, j.lease_expires_at, j.priority, j.run_at"
-
-// The queue QUEUE is neither paused nor capped (the claims below), or not paused (the capped
-// claims, which run under the queue's row lock). A missing queue passes neither. A queue with a
-// rate_limit, a max_running_per_key or round-robin fairness is capped too (compat(0.2.0):
-// QUEUE_OPEN_0_2 on the 0.2.0 schema, which has none).
-#define QUEUE_OPEN(QUEUE)                                                                          \
-    "(SELECT NOT q.paused AND q.max_running IS NULL AND q.rate_limit IS NULL"                      \
-    "   AND q.max_running_per_key IS NULL AND q.fairness = 'fifo' FROM jobcap.queues q"            \
-    "  WHERE q.queue = " QUEUE ") IS TRUE"
-// compat(0.2.0): the 0.2.0 schema's.
-#define QUEUE_OPEN_0_2(QUEUE)                                                                      \
-    "(SELECT NOT q.paused AND q.max_running IS NULL FROM jobcap.queues q"                          \
-    "  WHERE q.queue = " QUEUE ") IS TRUE"
-#define QUEUE_NOT_PAUSED(QUEUE)                                                                    \
-    "(SELECT NOT q.paused FROM jobcap.queues q WHERE q.queue = " QUEUE ") IS TRUE"
-
-// $4 = queue, $5 = batch, $6 = caller (NULL: privileged), $7 = jobs whose rolled-back claim is
-// not counted yet (housekeeping/rollbacks.hpp): skipped until it is. The grant check and the
-// queue's controls do not depend on the row: each runs once, as a one-time filter before the
-// scan. CAP_BY: the cap of job j with its queue looked up by $4. KEY: the claim index's first key,
-// hashtextextended(queue, 0), the hash of the queue's name (compat(0.1.0): none on the 0.1.0
-// schema, whose index leads with the name, compared next anyway).
-#define BY_QUEUE_KEY "hashtextextended(j.queue, 0) = hashtextextended($4, 0) AND "
-// START_BY: a job never claimed whose start_by has passed is not claimable (the background
-// worker cancels it: housekeeping/workflows.hpp), in the cohort and in the UPDATE's guards.
-// compat(0.2.0): "" on the 0.2.0 schema, which has no start_by.
-#define START_BY_DUE                                                                               \
-    " AND (j.start_by IS NULL OR j.start_by >= $1 OR j.first_claimed_at IS NOT NULL)"
 #define CLAIM_BATCH(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
     "WITH cohort AS MATERIALIZED ("                                                                \
     "  SELECT j.job_id FROM jobcap.jobs j"                                                         \
@@ -123,75 +73,6 @@ JOBCAP_STATEMENT(claim_job_capped_0_2,
                              JOBCAP_CAP_BY("$4"), JOBCAP_CAP, ""),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID},
                  PlanKind::steered);
-
-// A keyed queue's claim (max_running_per_key or round-robin fairness), under its row lock with
-// $5 = what fits. $8 = max_running_per_key (NULL: none), $9 and $10 = the running jobs per key
-// (keys, counts: read fresh under the lock), $11 = round-robin, $12 and $13 = the queue's turn
-// (last_null, last_key; NULL: none yet). Every due job is ranked within its key (rn, by priority,
-// run_at, id); it fits when rn plus its key's running jobs is within the limit (jobs without a
-// key always), so a batch never takes a key past it. fifo takes the fitting jobs by priority,
-// run_at and id; round-robin by rn first (a turn per key), then the keys in order after the last
-// claim's key (no key is a key of its own, first), and writes the turn it ended on.
-// fifo first ranks only a prefix of the due jobs in claim order (KEYED_PREFIX rows, through the
-// claim index): a job's rank within its key in a prefix of the claim order is its rank among all
-// due jobs, so the prefix's first $5 fitting jobs are the queue's; only when the prefix holds
-// fewer than $5 fitting jobs and is not the whole backlog does the claim rank every due job (a
-// few keys at their limit ahead of the others). Round-robin always ranks every due job (a key's
-// first job may be the last in claim order): the price of exactness without a per-key index.
-#define KEYED_PREFIX "($5 * 4 + 64)"
-#define KEYED_DUE(KEY, GATE, CAP_BY, START_BY)                                                     \
-    "    FROM jobcap.jobs j"                                                                       \
-    "   WHERE " KEY "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY             \
-    "     AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE " AND j.attempts < " CAP_BY               \
-                                            "     AND j.job_id <> ALL ($7)"
-#define KEYED_FITS(RANKED)                                                                         \
-    "SELECT r.* FROM " RANKED                                                                      \
-    " r"                                                                                           \
-    "   LEFT JOIN unnest($9::text[], $10::int4[]) AS u(k, n) ON u.k = r.k"                         \
-    "   WHERE r.k IS NULL OR $8::int4 IS NULL OR r.rn + coalesce(u.n, 0) <= $8"
-#define KEYED_ORDER                                                                                \
-    " CASE WHEN $11 THEN f.rn ELSE 0 END, CASE WHEN $11 THEN NOT coalesce((f.k IS NOT NULL,"       \
-    "   coalesce(f.k, '')) > (NOT $12, coalesce($13, '')), true) ELSE false END,"                  \
-    " CASE WHEN $11 THEN f.k IS NOT NULL ELSE false END,"                                          \
-    " CASE WHEN $11 THEN coalesce(f.k, '') ELSE '' END, f.priority, f.run_at, f.job_id"
-#define CLAIM_KEYED(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
-    "WITH prefix AS MATERIALIZED ("                                                                \
-    "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at"                              \
-    KEYED_DUE(KEY, GATE, CAP_BY, START_BY) " AND NOT $11"                                          \
-    "   ORDER BY j.priority, j.run_at, j.job_id LIMIT " KEYED_PREFIX "),"                          \
-    " prefix_ranked AS (SELECT p.*, row_number() OVER (PARTITION BY p.k"                           \
-    "      ORDER BY p.priority, p.run_at, p.job_id) AS rn FROM prefix p),"                         \
-    " prefix_fits AS MATERIALIZED (" KEYED_FITS("prefix_ranked") "),"                              \
-    " enough AS MATERIALIZED (SELECT NOT $11 AND ((SELECT count(*) FROM prefix_fits) >= $5"        \
-    "   OR (SELECT count(*) FROM prefix) < " KEYED_PREFIX ") AS yes),"                             \
-    " ranked AS MATERIALIZED ("                                                                    \
-    "  SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at,"                             \
-    "    row_number() OVER (PARTITION BY j.concurrency_key"                                        \
-    "      ORDER BY j.priority, j.run_at, j.job_id) AS rn"                                         \
-    KEYED_DUE(KEY, GATE, CAP_BY, START_BY) " AND NOT (SELECT e.yes FROM enough e)),"               \
-    " fits AS (SELECT * FROM prefix_fits WHERE (SELECT e.yes FROM enough e)"                       \
-    "   UNION ALL " KEYED_FITS("ranked") "),"                                                      \
-    " picked AS MATERIALIZED (SELECT f.job_id, f.k,"                                               \
-    "     row_number() OVER (ORDER BY" KEYED_ORDER ") AS ord"                                 \
-    "   FROM fits f ORDER BY" KEYED_ORDER " LIMIT $5),"                                       \
-    " cohort AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"                                  \
-    "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM picked))"                                   \
-    "   FOR NO KEY UPDATE OF j SKIP LOCKED),"                                                      \
-    " claimed AS (" CLAIM_THE_COHORT(PAUSED START_BY, CAP) "),"                                    \
-    " turn AS (INSERT INTO jobcap.queue_turns AS t (queue, last_null, last_key)"                   \
-    "   SELECT $4, p.k IS NULL, p.k FROM picked p"                                                 \
-    "    WHERE $11 AND p.job_id IN (SELECT c.job_id FROM claimed c)"                               \
-    "    ORDER BY p.ord DESC LIMIT 1"                                                              \
-    "   ON CONFLICT (queue) DO UPDATE SET last_null = excluded.last_null,"                         \
-    "     last_key = excluded.last_key)"                                                           \
-    " SELECT * FROM claimed"
-
-JOBCAP_STATEMENT(claim_job_keyed,
-                 CLAIM_KEYED(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
-                             JOBCAP_CAP_BY("$4"), JOBCAP_CAP, START_BY_DUE),
-                 {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID,
-                  INT4OID, TEXTARRAYOID, INT4ARRAYOID, BOOLOID, BOOLOID, TEXTOID},
-                 PlanKind::generic);
 
 // $4 = job_id, $5 = caller (NULL: privileged), $6 = jobs whose rolled-back claim is not counted.
 #define CLAIM_ONE(GATE, PAUSED, CAP_BY, CAP, START_BY)                                             \
@@ -456,10 +337,11 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
                        SPI_OK_UPDATE_RETURNING);
     Params keyed = claim_params(call, batch, access, room->now);
     add_key_room(keyed, *room);
-    keyed.add(BoolGetDatum(room->round_robin));
+    if (!room->round_robin)
+        return execute(statements::claim_job_keyed, keyed, SPI_OK_UPDATE_RETURNING);
     keyed.add(room->last_null, room->no_turn);
     keyed.add(room->last_key, room->no_turn || room->no_last_key);
-    return execute(statements::claim_job_keyed, keyed, SPI_OK_SELECT);
+    return execute(statements::claim_job_turns, keyed, SPI_OK_SELECT);
 }
 
 // A claim must commit before the work, or the attempt it counted rolls back with the work and
