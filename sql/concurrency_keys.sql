@@ -91,18 +91,18 @@ SELECT queue, string_agg(key, ' ' ORDER BY n) AS keys_in_claim_order FROM claims
  GROUP BY queue ORDER BY queue;
 -- A batch takes one job per key in turn, starting after the key the last claim ended on
 -- (small, whose jobs are all running now: big, then late, twice; the turn ends on late).
-SELECT last_null, last_key FROM jobcap.queue_turns WHERE queue = 'rr';
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rr';
 SELECT jobcap.enqueue_jobs('rr', array_fill('{}'::jsonb, ARRAY[3]),
                            concurrency_keys => array_fill('late'::text, ARRAY[3])) IS NOT NULL;
 SELECT j.concurrency_key, count(*)
   FROM jobcap.claim_job('rr', 'w', 4) c JOIN jobcap.jobs j USING (job_id) GROUP BY 1 ORDER BY 1;
-SELECT last_null, last_key FROM jobcap.queue_turns WHERE queue = 'rr';
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rr';
 -- Jobs without a key take only the room the keys leave: after late, big then late again (the
 -- turn ends on late), while the two jobs without a key wait.
 SELECT jobcap.enqueue_jobs('rr', array_fill('{}'::jsonb, ARRAY[2])) IS NOT NULL;
 SELECT string_agg(coalesce(j.concurrency_key, '(none)'), ' ' ORDER BY c.job_id) AS keys
   FROM jobcap.claim_job('rr', 'w', 2) c JOIN jobcap.jobs j USING (job_id);
-SELECT last_null, last_key FROM jobcap.queue_turns WHERE queue = 'rr';
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rr';
 -- A key's due jobs all claimed, the rest of the batch goes to the jobs without a key: a key
 -- with 2 jobs and 3 jobs without one, a claim of 4 takes the key's 2 and then 2 without one,
 -- and the turn stays on the key.
@@ -111,7 +111,7 @@ SELECT jobcap.enqueue_jobs('rn', array_fill('{}'::jsonb, ARRAY[5]),
                            concurrency_keys => ARRAY[NULL, 'a', NULL, 'a', NULL]) IS NOT NULL;
 SELECT string_agg(coalesce(j.concurrency_key, '(none)'), ' ' ORDER BY c.job_id) AS keys
   FROM jobcap.claim_job('rn', 'w', 4) c JOIN jobcap.jobs j USING (job_id);
-SELECT last_null, last_key FROM jobcap.queue_turns WHERE queue = 'rn';
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rn';
 
 -- Round-robin with a per-key limit: the keys at their limit wait, the others take turns.
 SELECT jobcap.create_queue('rk', fairness => 'round_robin', max_running_per_key => 1);

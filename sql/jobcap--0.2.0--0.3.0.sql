@@ -506,13 +506,12 @@ COMMENT ON COLUMN jobcap.queues.max_running_per_key IS
 COMMENT ON COLUMN jobcap.queues.fairness IS
     'fifo: due jobs by priority, run_at, id; round_robin: across concurrency keys in turn, then so within a key.';
 
--- A round-robin queue's turn: the key its last claim ended on (last_null: the jobs without a
--- key), written by the claim under the queue's row lock. No foreign key, as queue_rates;
--- drop_queue deletes the row. Not dumped: after a restore the turn starts at the first key.
+-- A round-robin queue's turn: the key its last claim ended on (jobs without a key take no turn),
+-- written by the claim under the queue's row lock. No foreign key, as queue_rates; drop_queue
+-- deletes the row. Not dumped: after a restore the turn starts at the first key.
 CREATE TABLE jobcap.queue_turns (
-    queue     text PRIMARY KEY,
-    last_null boolean NOT NULL,
-    last_key  text
+    queue    text PRIMARY KEY,
+    last_key text NOT NULL
 );
 COMMENT ON TABLE jobcap.queue_turns IS
     'The concurrency key each round-robin queue''s last claim ended on; the next claim starts after it.';

@@ -164,7 +164,7 @@ BEGIN
   EXECUTE format('PREPARE turns_probe(%s) AS %s', array_to_string(s.argtypes, ', '), s.sql);
   EXECUTE format('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) '
                  'EXECUTE turns_probe(clock_timestamp(), ''probe'', NULL, ''turns'', %s, NULL, ''{}'','
-                 ' %L, %L, %L, false, %L)', batch, per_key, at_limit,
+                 ' %L, %L, %L, %L)', batch, per_key, at_limit,
                  (SELECT array_agg(1) FROM unnest(at_limit)), last_key) INTO plan;
   DEALLOCATE turns_probe;
   RETURN plan::jsonb;

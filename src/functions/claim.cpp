@@ -159,8 +159,7 @@ JOBCAP_STATEMENT(count_running_keys,
                  {TEXTOID});
 
 // A round-robin queue's turn, read under its row lock with a fresh snapshot. $1 = queue.
-JOBCAP_STATEMENT(read_turn,
-                 "SELECT t.last_null, t.last_key FROM jobcap.queue_turns t WHERE t.queue = $1",
+JOBCAP_STATEMENT(read_turn, "SELECT t.last_key FROM jobcap.queue_turns t WHERE t.queue = $1",
                  {TEXTOID});
 
 JOBCAP_STATEMENT(
@@ -200,11 +199,11 @@ struct Room {
     int32 room;       // how many more jobs the queue may start now; -1: no cap (any more)
     bool rated;       // a rate limit applies: charge window's own row with what the claim took
     RateRows window;
-    bool keyed, round_robin;    // a per-key limit or round-robin: claim_job_keyed claims
-    int32 per_key;              // 0: none
-    Datum keys, counts;         // the running jobs per key ((Datum) 0: none)
-    bool no_turn, no_last_key;  // round-robin: no turn written yet; last_key NULL
-    Datum last_null, last_key;
+    bool keyed, round_robin;  // a per-key limit or round-robin: claim_job_keyed claims
+    int32 per_key;            // 0: none
+    Datum keys, counts;       // the running jobs per key ((Datum) 0: none)
+    bool no_turn;             // round-robin: no turn written yet
+    Datum last_key;           // round-robin: the key the last claim ended on
 };
 
 // How many more jobs queue may start now, under its row lock (taken here, held to commit):
@@ -256,8 +255,7 @@ Room capped_room(Datum queue, bool flow)
     if (r.round_robin && r.room != 0 &&
         execute_fresh(statements::read_turn, p, SPI_OK_SELECT) > 0) {
         r.no_turn = false;
-        r.last_null = result_column(0, 1);
-        r.last_key = result_column(0, 2, &r.no_last_key);
+        r.last_key = result_column(0, 1);
     }
     return r;
 }
@@ -339,8 +337,7 @@ uint64 claim_from_queue(const Access& access, const char* function, const ClaimC
     add_key_room(keyed, *room);
     if (!room->round_robin)
         return execute(statements::claim_job_keyed, keyed, SPI_OK_UPDATE_RETURNING);
-    keyed.add(room->last_null, room->no_turn);
-    keyed.add(room->last_key, room->no_turn || room->no_last_key);
+    keyed.add(room->last_key, room->no_turn);
     return execute(statements::claim_job_turns, keyed, SPI_OK_SELECT);
 }
 

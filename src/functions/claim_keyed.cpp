@@ -57,20 +57,21 @@ JOBCAP_STATEMENT(claim_job_keyed,
                  PlanKind::generic);
 
 // A round-robin queue's claim, under its row lock with $5 = what fits; $8 to $10 as
-// claim_job_keyed's (max_running_per_key NULL: none), $11 and $12 = the queue's turn (last_null,
-// last_key; NULL: none yet). The keys come in turn, in text order: first those after the key the
-// last claim ended on, then from the first key up to that one. A batch takes one job per key
-// per round (rn, a job's rank within its key by priority, run_at and id), the keys of a round in
-// turn, and skips keys at their per-key limit; the turn it ended on is written. Jobs without a
-// key take only the room the keys leave, by priority, run_at and id: a key of their own would
-// have to be looked for on every turn of the keys, through the claim index, and proving there is
-// none reads every due job of the queue.
+// claim_job_keyed's (max_running_per_key NULL: none), $11 = the queue's turn, the key its last
+// claim ended on (NULL: none yet). The keys come in turn, in text order: first those after that
+// key, then from the first key up to it. A batch takes one job per key per round (rn, a job's
+// rank within its key by priority, run_at and id), the keys of a round in turn, and skips keys at
+// their per-key limit; the key it ended on is written as the turn. Jobs without a key take only
+// the room the keys leave, by priority, run_at and id: a key of their own would have to be
+// looked for on every turn of the keys, through the claim index, and proving there is none
+// reads every due job of the queue.
 // The turn is walked through jobs_keys (pending jobs with a key, by queue hash, key, then claim
 // order), one descent per key, and stops once it holds $5 keys with room (phase 1: after the
 // last key; 2: the wrap, a place without a key; 3: from the first key): only those keys' first
 // jobs are read, never the queue's whole backlog. A key's jobs are asked for as a range of keys,
 // not an equality: with an equality the key is a constant to the planner, the claim index's order
-// serves the ORDER BY too, and its plan walked the claim order to the key's first job.
+// serves the ORDER BY too, and its plan walked the claim order to the key's first job. Steered
+// (no sort) for the same reason: a sort of the claim index's rows would serve it too.
 #define TURN_DUE(KEY, CAP_BY, START_BY)                                                            \
     " FROM jobcap.jobs j WHERE " KEY                                                               \
     "j.queue = $4 AND j.state = 'pending' AND j.run_at <= $1" START_BY " AND j.attempts < " CAP_BY \
@@ -87,27 +88,29 @@ JOBCAP_STATEMENT(claim_job_keyed,
 #define CLAIM_TURNS(KEY, GATE, PAUSED, CAP_BY, CAP, START_BY)                                      \
     "WITH RECURSIVE walk(ph, k, fit, s, n) AS ("                                                   \
     "  SELECT t.ph, t.k, t.fit, 1, t.fit::int4 FROM"                                               \
-    "   (SELECT CASE WHEN $11 THEN " TURN_KEY(KEY, CAP_BY, START_BY, "")                           \
-    "      WHEN NOT $11 THEN " TURN_KEY(KEY, CAP_BY, START_BY, " AND j.concurrency_key > $12")     \
-    "    END AS nk OFFSET 0) x,"                                                                            \
+    "   (SELECT CASE WHEN $11 IS NOT NULL THEN "                                                   \
+    TURN_KEY(KEY, CAP_BY, START_BY, " AND j.concurrency_key > $11")                                \
+    "    END AS nk OFFSET 0) x,"                                                                   \
     "   LATERAL (SELECT CASE WHEN x.nk IS NULL THEN 2 ELSE 1 END AS ph, x.nk AS k,"                \
     "      x.nk IS NOT NULL AND " TURN_ROOM("x.nk") " > 0 AS fit) t"                               \
     "   WHERE " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE                                           \
     "  UNION ALL"                                                                                  \
     "  SELECT t.ph, t.k, t.fit, w.s + 1, w.n + t.fit::int4 FROM walk w,"                           \
     "   LATERAL (SELECT CASE WHEN w.ph = 2 THEN " TURN_KEY(KEY, CAP_BY, START_BY, "")              \
-    "      ELSE " TURN_KEY(KEY, CAP_BY, START_BY, " AND j.concurrency_key > w.k") " END AS nk OFFSET 0) x," \
+    "      ELSE " TURN_KEY(KEY, CAP_BY, START_BY, " AND j.concurrency_key > w.k")                  \
+    "    END AS nk OFFSET 0) x,"                                                                   \
     "   LATERAL (SELECT CASE WHEN w.ph = 1 AND x.nk IS NULL THEN 2 WHEN w.ph = 1 THEN 1"           \
     "      ELSE 3 END AS ph, x.nk AS k, x.nk IS NOT NULL AND " TURN_ROOM("x.nk") " > 0 AS fit) t"  \
     "   WHERE w.n < $5 AND (w.ph = 1 OR (x.nk IS NOT NULL"                                         \
-    "     AND NOT coalesce($11, false) AND ($11 IS NULL OR x.nk <= $12)))),"                       \
+    "     AND ($11 IS NULL OR x.nk <= $11)))),"                                                   \
     " rounds AS MATERIALIZED (SELECT CASE WHEN max(w.n) >= $5 THEN 1 ELSE $5 END AS r"             \
     "   FROM walk w),"                                                                             \
     " keyed AS MATERIALIZED (SELECT w.s, c.job_id, c.k, row_number() OVER (PARTITION BY w.s"       \
     "    ORDER BY c.priority, c.run_at, c.job_id) AS rn FROM walk w,"                              \
     "   LATERAL (SELECT j.job_id, j.concurrency_key AS k, j.priority, j.run_at"                    \
-    TURN_DUE(KEY, CAP_BY, START_BY) " AND j.concurrency_key >= w.k AND j.concurrency_key <= w.k"                                 \
-    "     ORDER BY j.concurrency_key, j.priority, j.run_at, j.job_id"                                                 \
+    TURN_DUE(KEY, CAP_BY, START_BY)                                                                \
+    "     AND j.concurrency_key >= w.k AND j.concurrency_key <= w.k"                               \
+    "     ORDER BY j.concurrency_key, j.priority, j.run_at, j.job_id"                              \
     "     LIMIT least(" TURN_ROOM("w.k") ", (SELECT r.r FROM rounds r))) c"                        \
     "   WHERE w.fit),"                                                                             \
     " keyless AS (SELECT j.job_id" TURN_DUE(KEY, CAP_BY, START_BY)                                 \
@@ -122,19 +125,18 @@ JOBCAP_STATEMENT(claim_job_keyed,
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM picked))"                                   \
     "   FOR NO KEY UPDATE OF j SKIP LOCKED),"                                                      \
     " claimed AS (" CLAIM_THE_COHORT(PAUSED START_BY, CAP) "),"                                    \
-    " turn AS (INSERT INTO jobcap.queue_turns AS t (queue, last_null, last_key)"                   \
-    "   SELECT $4, false, p.k FROM picked p"                                                       \
+    " turn AS (INSERT INTO jobcap.queue_turns AS t (queue, last_key)"                              \
+    "   SELECT $4, p.k FROM picked p"                                                              \
     "    WHERE p.k IS NOT NULL AND p.job_id IN (SELECT c.job_id FROM claimed c)"                   \
     "    ORDER BY p.ord DESC LIMIT 1"                                                              \
-    "   ON CONFLICT (queue) DO UPDATE SET last_null = excluded.last_null,"                         \
-    "     last_key = excluded.last_key)"                                                           \
+    "   ON CONFLICT (queue) DO UPDATE SET last_key = excluded.last_key)"                           \
     " SELECT * FROM claimed"
 
 JOBCAP_STATEMENT(claim_job_turns,
                  CLAIM_TURNS(BY_QUEUE_KEY, QUEUE_NOT_PAUSED("$4"), " AND NOT q.paused",
                              JOBCAP_CAP_BY("$4"), JOBCAP_CAP, START_BY_DUE),
                  {TIMESTAMPTZOID, TEXTOID, INTERVALOID, TEXTOID, INT4OID, OIDOID, INT8ARRAYOID,
-                  INT4OID, TEXTARRAYOID, INT4ARRAYOID, BOOLOID, TEXTOID},
+                  INT4OID, TEXTARRAYOID, INT4ARRAYOID, TEXTOID},
                  PlanKind::steered);
 
 }  // namespace jobcap::statements

@@ -561,7 +561,7 @@ SELECT 'queue', NULL, q.queue, NULL, q.max_attempts,
        q.max_running, q.rate_limit, q.cap_epoch,
        q.lease, NULL, q.paused::text,
        q.backoff_base || '/' || q.backoff_max || '/' || q.fairness || '/'
-         || coalesce((SELECT t.last_null || '/' || coalesce(t.last_key, '') FROM jobcap.queue_turns t
+         || coalesce((SELECT t.last_key FROM jobcap.queue_turns t
                        WHERE t.queue = q.queue), 'no turn'),
        q.max_running_per_key, NULL, NULL, NULL, NULL, NULL, NULL
   FROM jobcap.queues q
