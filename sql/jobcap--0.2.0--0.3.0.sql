@@ -487,11 +487,13 @@ COMMENT ON COLUMN jobcap.jobs.concurrency_key IS
 -- The pending jobs that have a key, by queue, key and then claim order. A round-robin claim walks
 -- a queue's keys through it, one descent per key from the one its turn ended on, and takes each
 -- key's first due jobs from it, where without it every claim ranked the queue's whole backlog
--- (functions/claim.cpp). A job without a key fails the first test: an ordinary enqueue writes no
--- entry, and the claim and completion of such a job pay only a null bit in the HOT check.
+-- (functions/claim_keyed.cpp). A claim and a completion fail the first test, on a column read
+-- already (concurrency_key comes last in the row); a job enqueued without a key fails the second
+-- and writes no entry (the direct path tests it once per call, the key NULL in every row). The
+-- key's null bit is all the HOT check reads of a job without one.
 CREATE INDEX jobs_keys
     ON jobcap.jobs (pg_catalog.hashtextextended(queue, 0), concurrency_key, priority, run_at, job_id)
-    WHERE concurrency_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'pending';
+    WHERE state OPERATOR(pg_catalog.=) 'pending' AND concurrency_key IS NOT NULL;
 
 -- max_running_per_key: at most that many running jobs of each concurrency key (NULL: no limit;
 -- jobs without a key are not limited by it). fairness: 'fifo' hands due jobs out by priority,

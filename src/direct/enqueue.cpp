@@ -52,8 +52,11 @@ int enqueue(const Access& access, Datum queue, const Datum* payloads, int n, con
     // The rows differ in these columns only (the ones the loop below sets; every other column is
     // set once above or is a constant default): a partial index's predicate that reads none of
     // them (jobs_waiting's, jobs_start_by's, ...) is evaluated for the first row alone. A column
-    // set per row below must be listed here.
-    AttrNumber varying[3] = {shape.job[kJobId], shape.job[kPayload], shape.concurrency_key};
+    // set per row below must be listed here; concurrency_key only when the call gives keys (else
+    // NULL in every row: jobs_keys' predicate, which fails on it, is evaluated once per call).
+    AttrNumber varying[3] = {
+        shape.job[kJobId], shape.job[kPayload],
+        v.keys == nullptr ? AttrNumber{InvalidAttrNumber} : shape.concurrency_key};
     PredicateMemo memo = predicate_memo(varying, 3);
     for (int first = 0; first < n; first += chunk) {
         int count = Min(chunk, n - first);
