@@ -114,15 +114,17 @@ JOBCAP_STATEMENT(claim_job_keyed,
     TURN_DUE(KEY, CAP_BY, START_BY)                                                                \
     "     AND j.concurrency_key >= w.k AND j.concurrency_key <= w.k"                               \
     "     ORDER BY j.concurrency_key, j.priority, j.run_at, j.job_id"                              \
-    "     LIMIT least(" TURN_ROOM("w.k") ", (SELECT r.r FROM rounds r))) c"                        \
+    "     LIMIT greatest(least(" TURN_ROOM("w.k") ", (SELECT r.r FROM rounds r)), 0)) c"           \
     "   WHERE w.fit),"                                                                             \
-    " keyless AS (SELECT j.job_id" TURN_DUE(KEY, CAP_BY, START_BY)                                 \
+    " keyless AS (SELECT j.job_id, j.priority, j.run_at"                                           \
+    TURN_DUE(KEY, CAP_BY, START_BY)                                                                \
     "   AND j.concurrency_key IS NULL AND " JOBCAP_MAY_WORK("$6", "$4") " AND " GATE               \
     "   ORDER BY j.priority, j.run_at, j.job_id"                                                   \
     "   LIMIT greatest($5 - (SELECT count(*) FROM keyed), 0)),"                                    \
     " picked AS MATERIALIZED (SELECT p.job_id, p.k, row_number() OVER (ORDER BY p.g, p.rn, p.s)"   \
     "     AS ord FROM (SELECT 0 AS g, c.rn, c.s, c.job_id, c.k FROM keyed c"                       \
-    "     UNION ALL SELECT 1, row_number() OVER (), 0, l.job_id, NULL FROM keyless l) p"           \
+    "     UNION ALL SELECT 1, row_number() OVER (ORDER BY l.priority, l.run_at, l.job_id), 0,"     \
+    "       l.job_id, NULL FROM keyless l) p"                                                      \
     "   ORDER BY p.g, p.rn, p.s LIMIT $5),"                                                        \
     " cohort AS MATERIALIZED (SELECT j.job_id FROM jobcap.jobs j"                                  \
     "   WHERE j.job_id = ANY (ARRAY(SELECT job_id FROM picked))"                                   \
