@@ -125,6 +125,73 @@ void remember_shared(Datum queue, bool shared)
 
 }  // namespace
 
+Claimable claimable(const ClaimCall& call, const QueueRow& q, TimestampTz now)
+{
+    ArrayType* skip = DatumGetArrayTypeP(call.uncounted);
+    return Claimable{call.queue.datum, now, &q, reinterpret_cast<const int64*>(ARR_DATA_PTR(skip)),
+                     ArrayGetNItems(ARR_NDIM(skip), ARR_DIMS(skip))};
+}
+
+bool Claimable::operator()(TupleTableSlot* slot, core::Cap* cap) const
+{
+    if (state_of(slot) != shape.pending)
+        return false;
+    bool isnull = false;
+    Datum q2 = slot_getattr(slot, shape.job[kQueue], &isnull);
+    if (isnull || !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, q2, queue)))
+        return false;
+    Datum run_at = slot_getattr(slot, shape.job[kRunAt], &isnull);
+    if (isnull || DatumGetTimestampTz(run_at) > now)
+        return false;
+    *cap = cap_of_job(slot, *q);
+    if (!core::may_claim(int4_of(slot, kAttempts), *cap))
+        return false;
+    // The statement's start_by guard: a job never claimed is not claimed past its start_by
+    // (compat(0.2.0): no such column on the 0.2.0 schema).
+    if (shape.start_by != InvalidAttrNumber) {
+        Datum start_by = slot_getattr(slot, shape.start_by, &isnull);
+        if (!isnull && DatumGetTimestampTz(start_by) < now) {
+            slot_getattr(slot, shape.job[kFirstClaimedAt], &isnull);
+            if (isnull)
+                return false;
+        }
+    }
+    int64 id = int8_of(slot, kJobId);
+    for (int i = 0; i < nskip; ++i)
+        if (skipped[i] == id)
+            return false;
+    return true;
+}
+
+void claim_found(Op& op, const ClaimCall& call, Datum lease, Datum expires, TimestampTz now,
+                 const core::Cap& cap, Claimed* out)
+{
+    bool first_null = false;
+    slot_getattr(op.found, shape.job[kFirstClaimedAt], &first_null);
+    int32 attempts = int4_of(op.found, kAttempts) + 1;
+    int64 fence = nextval_internal(shape.fences, false);
+    set(op, kState, ObjectIdGetDatum(shape.running));
+    set(op, kAttempts, Int32GetDatum(attempts));
+    set(op, kFence, Int64GetDatum(fence));
+    set(op, kLease, lease);
+    set(op, kLeaseExpiresAt, expires);
+    set(op, kWorker, call.worker.datum);
+    set(op, kClaimedAt, TimestampTzGetDatum(now));
+    if (first_null)
+        set(op, kFirstClaimedAt, TimestampTzGetDatum(now));
+    update(op);
+
+    out->job_id = int8_of(op.next, kJobId);
+    out->fence = fence;
+    out->attempts = attempts;
+    out->cap = cap.value;
+    out->no_cap = cap.none;
+    out->lease_expires_at = DatumGetTimestampTz(expires);
+    bool isnull = false;
+    Datum payload = slot_getattr(op.next, shape.job[kPayload], &isnull);
+    out->payload = isnull ? (Datum) 0 : datumCopy(payload, false, -1);
+}
+
 int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge* charge)
 {
     Datum queue = call.queue.datum;
@@ -151,6 +218,11 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
         turn = -1;
         now = call.now;  // an open queue's claim: the call's time, as the SQL path's
         open = open && !q.limited;
+    } else if (turn < 0 && open && q.turns_only && call.batch == 1 && OidIsValid(shape.turns)) {
+        remember_shared(queue, false);
+        int n = claim_in_turn(op, access, call, &q, out);
+        end(op);
+        return n;
     } else if (turn < 0 && open && q.limited) {
         turn = take_shared_turn(op, queue, call.batch, &now, &q, charge);
         open = turn >= 0;
@@ -167,42 +239,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     Datum expires =
         DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), granted_lease);
 
-    ArrayType* skip = DatumGetArrayTypeP(call.uncounted);
-    int nskip = ArrayGetNItems(ARR_NDIM(skip), ARR_DIMS(skip));
-    const int64* skipped = reinterpret_cast<const int64*>(ARR_DATA_PTR(skip));
-
-    // The statement's cohort: pending, due, below its cap, not skipped; then locked with SKIP
-    // LOCKED and checked again on the locked version.
-    auto eligible = [&](TupleTableSlot* slot, core::Cap* cap) -> bool {
-        if (state_of(slot) != shape.pending)
-            return false;
-        bool isnull = false;
-        Datum q2 = slot_getattr(slot, shape.job[kQueue], &isnull);
-        if (isnull ||
-            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, q2, queue)))
-            return false;
-        Datum run_at = slot_getattr(slot, shape.job[kRunAt], &isnull);
-        if (isnull || DatumGetTimestampTz(run_at) > now)
-            return false;
-        *cap = cap_of_job(slot, q);
-        if (!core::may_claim(int4_of(slot, kAttempts), *cap))
-            return false;
-        // The statement's start_by guard: a job never claimed is not claimed past its start_by
-        // (compat(0.2.0): no such column on the 0.2.0 schema).
-        if (shape.start_by != InvalidAttrNumber) {
-            Datum start_by = slot_getattr(slot, shape.start_by, &isnull);
-            if (!isnull && DatumGetTimestampTz(start_by) < now) {
-                slot_getattr(slot, shape.job[kFirstClaimedAt], &isnull);
-                if (isnull)
-                    return false;
-            }
-        }
-        int64 id = int8_of(slot, kJobId);
-        for (int i = 0; i < nskip; ++i)
-            if (skipped[i] == id)
-                return false;
-        return true;
-    };
+    Claimable eligible = claimable(call, q, now);
 
     // The claim index's first key is the queue's hash: queues whose names share it share a run
     // of the index, and eligible() compares the name.
@@ -226,31 +263,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
         if (r != TM_Ok || !eligible(op.found, &cap))
             continue;  // locked by another (SKIP LOCKED), gone, or no longer claimable
 
-        bool first_null = false;
-        slot_getattr(op.found, shape.job[kFirstClaimedAt], &first_null);
-        int32 attempts = int4_of(op.found, kAttempts) + 1;
-        int64 fence = nextval_internal(shape.fences, false);
-        set(op, kState, ObjectIdGetDatum(shape.running));
-        set(op, kAttempts, Int32GetDatum(attempts));
-        set(op, kFence, Int64GetDatum(fence));
-        set(op, kLease, granted_lease);
-        set(op, kLeaseExpiresAt, expires);
-        set(op, kWorker, call.worker.datum);
-        set(op, kClaimedAt, TimestampTzGetDatum(now));
-        if (first_null)
-            set(op, kFirstClaimedAt, TimestampTzGetDatum(now));
-        update(op);
-
-        Claimed& c = out[claimed++];
-        c.job_id = int8_of(op.next, kJobId);
-        c.fence = fence;
-        c.attempts = attempts;
-        c.cap = cap.value;
-        c.no_cap = cap.none;
-        c.lease_expires_at = DatumGetTimestampTz(expires);
-        bool isnull = false;
-        Datum payload = slot_getattr(op.next, shape.job[kPayload], &isnull);
-        c.payload = isnull ? (Datum) 0 : datumCopy(payload, false, -1);
+        claim_found(op, call, granted_lease, expires, now, cap, &out[claimed++]);
     }
     index_endscan(scan);
     ExecDropSingleTupleTableSlot(seen);

@@ -66,9 +66,6 @@ void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
         counts[s] = Int32GetDatum(own.counts[s]);
 
     Relation rates = table_open(shape.rates, RowExclusiveLock);
-    // As the SQL path's upsert: a publication whose column list or row filter does not cover
-    // the replica identity refuses the change.
-    CheckCmdReplicaIdentity(rates, charge.found ? CMD_UPDATE : CMD_INSERT);
     TupleDesc desc = RelationGetDescr(rates);
     TupleTableSlot* row = table_slot_create(rates, nullptr);
     ExecClearTuple(row);
@@ -85,27 +82,10 @@ void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
     set(shape.rate_counts,
         PointerGetDatum(construct_array(counts, core::kRateRing, INT4OID, 4, true, TYPALIGN_INT)));
     ExecStoreVirtualTuple(row);
-
-    bool indexed = true;
-    if (charge.found) {
-        // Only the holder of the slot writes its row (and alter_queue and drop_queue, which
-        // take the turn exclusive): the version read is the latest, or the update raises.
-        JobcapUpdateIndexes how;
-        simple_table_tuple_update(rates, &charge.tid, row, op.snapshot, &how);
-        indexed = jobcap_update_needs_indexes(how);
-    } else {
-        simple_table_tuple_insert(rates, row);
-    }
-    if (indexed) {
-        // The primary key, the table's one index (learn_rates): checked as an INSERT's (a row
-        // of the slot committed meanwhile, by hand, raises 23505).
-        Relation index = index_open(shape.rates_pkey, RowExclusiveLock);
-        Datum key[2] = {queue, Int32GetDatum(charge.slot)};
-        bool nulls[2] = {false, false};
-        IndexInfo* info = BuildIndexInfo(index);
-        index_insert(index, key, nulls, &row->tts_tid, rates, UNIQUE_CHECK_YES, charge.found, info);
-        index_close(index, NoLock);
-    }
+    // Only the holder of the slot writes its row (and alter_queue and drop_queue, which take the
+    // turn exclusive): the version read is the latest, or the update raises.
+    Datum key[2] = {queue, Int32GetDatum(charge.slot)};
+    write_plainly(op, rates, shape.rates_pkey, charge.found, charge.tid, row, key, 2);
     ExecDropSingleTupleTableSlot(row);
     table_close(rates, NoLock);
 }

@@ -323,12 +323,15 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         // compat(0.2.0): no rate_limit, max_running_per_key or fairness on the 0.2.0 schema.
         bool rated = shape.queue_rate_limit != InvalidAttrNumber && !null(shape.queue_rate_limit);
         bool keyed = shape.queue_per_key != InvalidAttrNumber && !null(shape.queue_per_key);
-        bool fair = false;
+        bool fair = false, round_robin = false;
         if (shape.queue_fairness != InvalidAttrNumber && !null(shape.queue_fairness)) {
             text* t = reinterpret_cast<text*>(pg_detoast_datum_packed(
                 reinterpret_cast<varlena*>(DatumGetPointer(at(shape.queue_fairness)))));
             fair = !(VARSIZE_ANY_EXHDR(t) == 4 && memcmp(VARDATA_ANY(t), "fifo", 4) == 0);
+            round_robin =
+                VARSIZE_ANY_EXHDR(t) == 11 && memcmp(VARDATA_ANY(t), "round_robin", 11) == 0;
         }
+        row->tid = q->t_self;
         row->limited = max_running || rated || keyed || fair;
         // A per-key limit of 0 is none (as the SQL path reads it); the queue's running jobs
         // bound each key's.
@@ -337,6 +340,7 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
         if (key_cap > 0)
             run_cap = Min(run_cap, key_cap);
         row->run_capped = max_running || key_cap > 0;
+        row->turns_only = round_robin && !max_running && !rated && key_cap == 0;
         row->run_cap = row->run_capped ? run_cap : 0;
         row->rate_limit = rated ? DatumGetInt32(at(shape.queue_rate_limit)) : 0;
         // A rate limit needs its period, and its window's table as the claims read it.
@@ -423,6 +427,33 @@ void update(Op& op)
              op.result->ri_NumIndices > 0)
         jobcap_insert_index_tuples(op.result, op.next, op.estate, how);
     memset(op.replace, 0, sizeof(bool) * desc->natts);
+}
+
+void write_plainly(Op& op, Relation rel, Oid pkey, bool found, ItemPointerData tid,
+                   TupleTableSlot* row, Datum* key, int nkeys)
+{
+    // As the SQL path's upsert: a publication whose column list or row filter does not cover
+    // the replica identity refuses the change.
+    CheckCmdReplicaIdentity(rel, found ? CMD_UPDATE : CMD_INSERT);
+    bool indexed = true;
+    if (found) {
+        JobcapUpdateIndexes how;
+        simple_table_tuple_update(rel, &tid, row, op.snapshot, &how);
+        indexed = jobcap_update_needs_indexes(how);
+    } else {
+        simple_table_tuple_insert(rel, row);
+    }
+    if (indexed) {
+        // The primary key, the table's one index (written_plainly): checked as an INSERT's (a
+        // row of the same key committed meanwhile, by hand, raises 23505).
+        Relation index = index_open(pkey, RowExclusiveLock);
+        bool nulls[INDEX_MAX_KEYS];
+        for (int i = 0; i < nkeys; ++i)
+            nulls[i] = false;  // key columns are NOT NULL (written_plainly)
+        IndexInfo* info = BuildIndexInfo(index);
+        index_insert(index, key, nulls, &row->tts_tid, rel, UNIQUE_CHECK_YES, found, info);
+        index_close(index, NoLock);
+    }
 }
 
 }  // namespace jobcap::direct

@@ -60,6 +60,10 @@ struct QueueRow {
     bool shareable;
     bool run_capped;
     int32 run_cap;
+    // Round-robin fairness its only control (no max_running, rate_limit or per-key limit): a
+    // claim of one job may take the direct path's turn claim (turns.cpp).
+    bool turns_only;
+    ItemPointerData tid;  // the row's version read
     int32 rate_limit;
     int64 rate_slot_us;
     int32 cap;
@@ -168,6 +172,38 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
 // Writes charge's own row of queue's window charged with n claims: the version read updated
 // (HOT when it fits), or a new row.
 void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n);
+
+// A claim's test of a job's version (claim.cpp), the claim statements' WHERE: pending, of queue,
+// due at now, below its cap (*cap), not past a start_by it was never claimed by, not one of the
+// jobs whose rolled-back claim is not counted yet (skipped).
+struct Claimable {
+    Datum queue;
+    TimestampTz now;
+    const QueueRow* q;
+    const int64* skipped;
+    int nskip;
+    bool operator()(TupleTableSlot* slot, core::Cap* cap) const;
+};
+Claimable claimable(const ClaimCall& call, const QueueRow& q, TimestampTz now);
+
+// Claims the job whose version op.found holds (locked by this transaction, passed Claimable):
+// running, attempts + 1, a new fence, the lease to expires, the worker, claimed at now; into out.
+void claim_found(Op& op, const ClaimCall& call, Datum lease, Datum expires, TimestampTz now,
+                 const core::Cap& cap, Claimed* out);
+
+// A round-robin queue's claim of one job (turns.cpp), q read in op's snapshot (turns_only):
+// the SQL path's claim_job_turns for a batch of one, under the same locks. Returns how many it
+// claimed into out (0 or 1), or -1 without claiming when the SQL path must decide (the queue
+// changed while the claim waited for its turn).
+int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow* q, Claimed* out);
+
+// The SQL path's upsert of a row of rel (queue_rates, queue_turns: vetted by shape.cpp's
+// written_plainly) without the executor: row (a virtual slot of rel) written over the version
+// read at tid when found (HOT when it fits), else inserted; then, unless the update was HOT, its
+// entry in pkey, the table's one index, whose nkeys columns are key. The version read must be
+// the latest: the caller holds what keeps other writers out (a turn, a slot).
+void write_plainly(Op& op, Relation rel, Oid pkey, bool found, ItemPointerData tid,
+                   TupleTableSlot* row, Datum* key, int nkeys);
 
 // Whether caller may work queue: privileged, or a grant of the queue names a role whose
 // privileges the caller has (JOBCAP_MAY_WORK in access.hpp, the same rule in C).

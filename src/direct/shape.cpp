@@ -51,7 +51,7 @@ void forget_shape(Datum, Oid relid)
                 relid == shape.jobs_claim || relid == shape.jobs_running ||
                 relid == shape.queues_pkey || relid == shape.grants_pkey ||
                 relid == shape.errors_by_job || relid == shape.rates || relid == shape.rates_pkey ||
-                indexes_include(relid);
+                relid == shape.turns || relid == shape.turns_pkey || indexes_include(relid);
     if (ours) {
         shape.known = false;
         forget_indexes();
@@ -130,6 +130,38 @@ bool learn_errors(Shape& s)
     return ok;
 }
 
+// Whether rel (queue_rates, queue_turns) may be written without the executor: nothing it would
+// run, pkey its one index (and the replica identity), no column but the n NOT NULL ones of
+// columns, of the database's collation where they have one.
+bool written_plainly(Relation rel, Oid pkey, const AttrNumber* columns, int n)
+{
+    TupleDesc desc = RelationGetDescr(rel);
+    List* indexes = RelationGetIndexList(rel);
+    TupleConstr* constr = desc->constr;
+    bool ok = rel->trigdesc == nullptr && !rel->rd_rel->relrowsecurity &&
+              rel->rd_rules == nullptr && rel->rd_rel->relkind == RELKIND_RELATION &&
+              !rel->rd_rel->relispartition && !rel->rd_rel->relhassubclass &&
+              rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
+              rel->rd_rel->relreplident == REPLICA_IDENTITY_DEFAULT &&
+              (constr == nullptr || (constr->num_check == 0 && !constr->has_generated_stored &&
+                                     !jobcap_has_generated_virtual(constr))) &&
+              list_length(indexes) == 1 && linitial_oid(indexes) == pkey;
+    list_free(indexes);
+    int live = 0;
+    for (int a = 0; a < desc->natts; ++a)
+        live += TupleDescAttr(desc, a)->attisdropped ? 0 : 1;
+    ok = ok && live == n;
+    for (int i = 0; ok && i < n; ++i) {
+        ok = columns[i] != InvalidAttrNumber;
+        if (ok) {
+            Form_pg_attribute att = TupleDescAttr(desc, columns[i] - 1);
+            ok = att->attnotnull && att->atttypmod == -1 &&
+                 (!OidIsValid(att->attcollation) || att->attcollation == DEFAULT_COLLATION_OID);
+        }
+    }
+    return ok;
+}
+
 // jobcap.queue_rates as the shared claims read and write it (s.rates invalid otherwise:
 // compat(0.2.0), or a table changed by hand, whose rate-limited claims go to the SQL path).
 void learn_rates(Shape& s, Oid nsp)
@@ -147,37 +179,42 @@ void learn_rates(Shape& s, Oid nsp)
     s.rate_slot_us = column(desc, "slot_us", INT8OID);
     s.rate_newest = column(desc, "newest", INT8OID);
     s.rate_counts = column(desc, "counts", INT4ARRAYOID);
-    // Written without the executor (direct/rates.cpp): nothing it would run, the primary key
-    // its one index (and the replica identity), no column but these five.
-    List* indexes = RelationGetIndexList(rates);
-    TupleConstr* constr = desc->constr;
-    bool ok = rates->trigdesc == nullptr && !rates->rd_rel->relrowsecurity &&
-              rates->rd_rules == nullptr && rates->rd_rel->relkind == RELKIND_RELATION &&
-              !rates->rd_rel->relispartition && !rates->rd_rel->relhassubclass &&
-              rates->rd_rel->relam == HEAP_TABLE_AM_OID &&
-              rates->rd_rel->relreplident == REPLICA_IDENTITY_DEFAULT &&
-              (constr == nullptr || (constr->num_check == 0 && !constr->has_generated_stored &&
-                                     !jobcap_has_generated_virtual(constr))) &&
-              list_length(indexes) == 1 && linitial_oid(indexes) == s.rates_pkey;
-    list_free(indexes);
-    int live = 0;
-    for (int a = 0; a < desc->natts; ++a)
-        live += TupleDescAttr(desc, a)->attisdropped ? 0 : 1;
-    ok = ok && live == 5;
+    // Written without the executor (direct/rates.cpp).
     const AttrNumber columns[] = {s.rate_queue, s.rate_slot, s.rate_slot_us, s.rate_newest,
                                   s.rate_counts};
-    for (AttrNumber a : columns) {
-        ok = ok && a != InvalidAttrNumber;
-        if (ok) {
-            Form_pg_attribute att = TupleDescAttr(desc, a - 1);
-            ok = att->attnotnull && att->atttypmod == -1 &&
-                 (!OidIsValid(att->attcollation) || att->attcollation == DEFAULT_COLLATION_OID);
-        }
-    }
+    bool ok = written_plainly(rates, s.rates_pkey, columns, lengthof(columns));
     table_close(rates, AccessShareLock);
     AttrNumber key[2] = {s.rate_queue, s.rate_slot};
     if (!ok || !index_on(s.rates_pkey, s.rates, key, 2))
         s.rates = InvalidOid;
+}
+
+// jobs_keys and jobcap.queue_turns as a round-robin claim of one job reads and writes them
+// (turns.cpp; s.turns invalid otherwise: compat(0.2.0), or changed by hand).
+void learn_turns(Shape& s, Oid nsp)
+{
+    s.jobs_keys = get_relname_relid("jobs_keys", nsp);
+    s.turns = get_relname_relid("queue_turns", nsp);
+    s.turns_pkey = get_relname_relid("queue_turns_pkey", nsp);
+    // The claim index's shape with the key after the queue's hash, and only jobs with a key.
+    AttrNumber keys[5] = {0, s.concurrency_key, s.job[kPriority], s.job[kRunAt], s.job[kJobId]};
+    if (!s.direct || s.concurrency_key == InvalidAttrNumber || !OidIsValid(s.jobs_keys) ||
+        !OidIsValid(s.turns) || !OidIsValid(s.turns_pkey) ||
+        !index_on(s.jobs_keys, s.jobs, keys, 5, s.job[kState], s.pending, s.job[kQueue],
+                  s.concurrency_key)) {
+        s.turns = InvalidOid;
+        return;
+    }
+    Relation turns = table_open(s.turns, AccessShareLock);
+    TupleDesc desc = RelationGetDescr(turns);
+    s.turn_queue = column(desc, "queue", TEXTOID);
+    s.turn_last_key = column(desc, "last_key", TEXTOID);
+    const AttrNumber columns[] = {s.turn_queue, s.turn_last_key};
+    bool ok = written_plainly(turns, s.turns_pkey, columns, lengthof(columns));
+    table_close(turns, AccessShareLock);
+    AttrNumber key[1] = {s.turn_queue};
+    if (!ok || !index_on(s.turns_pkey, s.turns, key, 1))
+        s.turns = InvalidOid;
 }
 
 // Learns the shape; returns false when jobcap's tables are not there (nothing is kept then).
@@ -319,6 +356,7 @@ bool learn_shape()
         !index_on(s.jobs_running, s.jobs, running, 1, s.job[kState], s.running))
         s.jobs_running = InvalidOid;
     learn_rates(s, nsp);
+    learn_turns(s, nsp);
     s.errors = get_relname_relid("job_errors", nsp);
     s.failable = s.direct && OidIsValid(s.errors) ? Learnt::unknown : Learnt::no;
     s.known = true;

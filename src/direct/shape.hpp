@@ -99,6 +99,12 @@ struct Shape {
     // otherwise (compat(0.2.0): none there), and such claims go to the SQL path.
     Oid rates, rates_pkey;
     AttrNumber rate_queue, rate_slot, rate_slot_us, rate_newest, rate_counts;
+    // A round-robin queue's claim of one job (turns.cpp): jobs_keys (pending jobs with a key, by
+    // queue hash, key, priority, run_at, job_id), vetted as the claim index is, and
+    // jobcap.queue_turns (queue, last_key) with its primary key on queue, vetted as queue_rates.
+    // Invalid otherwise (compat(0.2.0): none there), and such claims go to the SQL path.
+    Oid jobs_keys, turns, turns_pkey;
+    AttrNumber turn_queue, turn_last_key;
     Oid pending, running, succeeded, dead;  // jobs.state's enum values
     // Enqueueing (insertable): every column the INSERT of the SQL path leaves to its default
     // has none (NULL, on a nullable column) or a constant one, kept in defaults (shape_context);

@@ -45,13 +45,30 @@ bool stored_exprs_are_queue_hash(Datum stored, AttrNumber queue)
     return tree != nullptr && IsA(tree, List) && exprs_are_queue_hash(castNode(List, tree), queue);
 }
 
-// Whether stored (pg_index.indpred) is exactly "column = value" for an enum column: the claim
-// index's "state = 'pending'".
-bool predicate_is(Datum stored, AttrNumber column, Oid value)
+// Whether stored (pg_index.indpred) is exactly "column = value" for an enum column (the claim
+// index's "state = 'pending'"), and with not_null a valid column, that and "not_null IS NOT
+// NULL" (jobs_keys' "state = 'pending' AND concurrency_key IS NOT NULL").
+bool predicate_is(Datum stored, AttrNumber column, Oid value, AttrNumber not_null)
 {
     Node* n = static_cast<Node*>(stringToNode(TextDatumGetCString(stored)));
-    if (IsA(n, List) && list_length(castNode(List, n)) == 1)
-        n = static_cast<Node*>(linitial(castNode(List, n)));
+    // Stored as a one-element list, or as an AND of the two (pg_index keeps it as written).
+    List* clauses = IsA(n, List)      ? castNode(List, n)
+                    : is_andclause(n) ? castNode(BoolExpr, n)->args
+                                      : list_make1(n);
+    if (list_length(clauses) == 1 && is_andclause(linitial(clauses)))
+        clauses = castNode(BoolExpr, linitial(clauses))->args;
+    if (list_length(clauses) != (not_null == InvalidAttrNumber ? 1 : 2))
+        return false;
+    n = static_cast<Node*>(linitial(clauses));
+    if (not_null != InvalidAttrNumber) {
+        Node* test = static_cast<Node*>(lsecond(clauses));
+        if (!IsA(test, NullTest))
+            return false;
+        NullTest* t = castNode(NullTest, test);
+        if (t->nulltesttype != IS_NOT_NULL || t->argisrow || !IsA(t->arg, Var) ||
+            castNode(Var, t->arg)->varattno != not_null)
+            return false;
+    }
     if (!IsA(n, OpExpr))
         return false;
     OpExpr* op = castNode(OpExpr, n);
@@ -152,7 +169,7 @@ bool executor_needed(Relation rel, const AttrNumber* job)
 }
 
 bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys, AttrNumber column, Oid value,
-              AttrNumber hashed)
+              AttrNumber hashed, AttrNumber not_null)
 {
     HeapTuple t = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
     if (!HeapTupleIsValid(t))
@@ -162,8 +179,9 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys, AttrNumber co
               index->indisready && !index->indcheckxmin;
     bool isnull = false;
     Datum pred = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indpred, &isnull);
-    ok =
-        ok && (column == InvalidAttrNumber ? isnull : !isnull && predicate_is(pred, column, value));
+    ok = ok &&
+         (column == InvalidAttrNumber ? isnull
+                                      : !isnull && predicate_is(pred, column, value, not_null));
     // No expression, or (hashed: the queue column's number) hashtextextended(queue, 0) as the
     // first key (keys[0] = 0, an expression's indkey).
     Datum exprs = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indexprs, &isnull);

@@ -25,11 +25,11 @@ AttrNumber column(TupleDesc desc, const char* name, Oid type);
 bool executor_needed(Relation rel, const AttrNumber* job);
 
 // Whether index idx is on table rel with exactly these leading key columns, and no predicate
-// but (when column is valid) "column = value": an index the direct path scans must hold every
-// row the statement's scan would find.
+// but (when column is valid) "column = value", and "not_null IS NOT NULL" with it when not_null
+// is valid: an index the direct path scans must hold every row the statement's scan would find.
 bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys,
               AttrNumber column = InvalidAttrNumber, Oid value = InvalidOid,
-              AttrNumber hashed = InvalidAttrNumber);
+              AttrNumber hashed = InvalidAttrNumber, AttrNumber not_null = InvalidAttrNumber);
 
 // The oid of enum type's label, or InvalidOid.
 Oid state_value(Oid type, const char* label);
