@@ -218,7 +218,8 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
         turn = -1;
         now = call.now;  // an open queue's claim: the call's time, as the SQL path's
         open = open && !q.limited;
-    } else if (turn < 0 && open && q.turns_only && call.batch == 1 && OidIsValid(shape.turns)) {
+    } else if (turn < 0 && open && q.turns_only && call.batch <= kSharedClaimBatch &&
+               OidIsValid(shape.turns)) {
         remember_shared(queue, false);
         int n = claim_in_turn(op, access, call, &q, out);
         end(op);

@@ -191,10 +191,10 @@ Claimable claimable(const ClaimCall& call, const QueueRow& q, TimestampTz now);
 void claim_found(Op& op, const ClaimCall& call, Datum lease, Datum expires, TimestampTz now,
                  const core::Cap& cap, Claimed* out);
 
-// A round-robin queue's claim of one job (turns.cpp), q read in op's snapshot (turns_only):
-// the SQL path's claim_job_turns for a batch of one, under the same locks. Returns how many it
-// claimed into out (0 or 1), or -1 without claiming when the SQL path must decide (the queue
-// changed while the claim waited for its turn).
+// A round-robin queue's claim of up to kSharedClaimBatch jobs (turns.cpp), q read in op's
+// snapshot (turns_only): the SQL path's claim_job_turns, under the same locks. Returns how many
+// it claimed into out, or -1 without claiming when the SQL path must decide (the queue changed
+// while the claim waited for its turn).
 int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow* q, Claimed* out);
 
 // The SQL path's upsert of a row of rel (queue_rates, queue_turns: vetted by shape.cpp's

@@ -1,19 +1,20 @@
-// A round-robin queue's claim of one job on the direct path (rows.hpp): the SQL path's
-// claim_job_turns (functions/claim_keyed.cpp) for a batch of one, without the planner and the
-// executor's plan nodes, whose start-up was about half of that statement's time.
+// A round-robin queue's claim of up to kSharedClaimBatch jobs on the direct path (rows.hpp): the
+// SQL path's claim_job_turns (functions/claim_keyed.cpp) without the planner and the executor's
+// plan nodes, whose start-up was about half of that statement's time.
 //
 // It takes the queue's claim turn exclusive and then its row (FOR NO KEY UPDATE), as the SQL
 // path's capped_room does, and reads the queue again and its turn (jobcap.queue_turns) in a
 // snapshot taken after both. jobs_keys holds a queue's pending jobs with a key by key and, within
-// a key, in claim order (priority, run_at, job_id): walked from the first key after the turn's
-// (then from the first key up to the turn's own, the wrap), the first claimable job met is the
-// first due job of the first key in turn that has one, which is what the statement's walk takes
-// for a batch of one. No key has one: the first claimable job without a key, through the claim
-// index. The job is locked without waiting (SKIP LOCKED): locked by another (claim_job_by_id, a
-// cancel), it is not claimed and neither is any other, as the statement's cohort skips it. The
-// turn is written with the claimed job's key (a job without a key leaves it).
+// a key, in claim order (priority, run_at, job_id), so the first claimable job met from a key on
+// is the first due job of the first key from there that has one: the walk is one descent per
+// key, from the key after the turn's (then from the first key up to the turn's own, the wrap),
+// as the statement's. The picks are the statement's (pick_in_turn), claimed in claim order with
+// SKIP LOCKED: a pick locked by another (claim_job_by_id, a cancel) or no longer claimable is
+// left, and no other job taken instead, as the statement's cohort leaves it. The turn is written
+// with the key of the last pick, in the statement's order, that was claimed.
 #include "direct/rows.hpp"
 
+#include "core/order.hpp"
 #include "spi/queue_lock.hpp"
 
 namespace jobcap::direct {
@@ -92,32 +93,152 @@ void write_turn(Op& op, Datum queue, Datum key, bool found, ItemPointerData tid)
     table_close(turns, NoLock);
 }
 
-// The first claimable job met in index (of op.rel) among the queue's entries whose second key
-// compares to bound by strategy (bound (Datum) 0: all of them), in index order, into seen;
-// keyed: only a job with a key (jobs_keys), else only one without (the claim index).
-bool first_claimable(Op& op, Oid index_oid, Datum queue, StrategyNumber strategy, Datum bound,
-                     bool keyed, const Claimable& eligible, TupleTableSlot* seen, core::Cap* cap)
+// A scan of the queue's entries in an index of op.rel (jobs_keys: keyed, only jobs with a key;
+// the claim index: only jobs without one), restarted from a bound on the second key, yielding
+// the claimable jobs it meets in index order.
+struct Scan {
+    Scan(Op& op, Oid index_oid, Datum queue, bool keyed, const Claimable& eligible)
+        : op(op), keyed(keyed), eligible(eligible), hash(queue_hash(queue))
+    {
+        index = open_index(op, index_oid);
+        seen = table_slot_create(op.rel, nullptr);
+    }
+    ~Scan()
+    {
+        if (desc != nullptr)
+            index_endscan(desc);
+        ExecDropSingleTupleTableSlot(seen);
+    }
+    // From the entries whose second key compares to bound by strategy (BTGreaterStrategyNumber,
+    // BTEqualStrategyNumber; InvalidStrategy: from the first).
+    void start(StrategyNumber strategy, Datum bound)
+    {
+        ScanKeyData keys[2];
+        ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid,
+                               F_INT8EQ, hash);
+        if (strategy != InvalidStrategy)
+            ScanKeyEntryInitialize(&keys[1], 0, 2, strategy, InvalidOid, index->rd_indcollation[1],
+                                   strategy == BTGreaterStrategyNumber ? F_TEXT_GT : F_TEXTEQ,
+                                   bound);
+        // A rescan takes as many keys as the scan began with.
+        int nkeys = strategy == InvalidStrategy ? 1 : 2;
+        if (desc != nullptr && desc->numberOfKeys != nkeys) {
+            index_endscan(desc);
+            desc = nullptr;
+        }
+        if (desc == nullptr)
+            desc = jobcap_index_beginscan(op.rel, index, op.snapshot, nkeys, 0);
+        index_rescan(desc, keys, nkeys, nullptr, 0);
+    }
+    // The next claimable job, in seen.
+    bool next()
+    {
+        while (index_getnext_slot(desc, ForwardScanDirection, seen)) {
+            bool no_key = false;
+            slot_getattr(seen, shape.concurrency_key, &no_key);
+            core::Cap cap;
+            if (no_key != keyed && eligible(seen, &cap))
+                return true;
+        }
+        return false;
+    }
+    Op& op;
+    bool keyed;
+    const Claimable& eligible;
+    Datum hash;
+    Relation index;
+    IndexScanDesc desc = nullptr;
+    TupleTableSlot* seen;
+};
+
+// A job the claim picked: its version's address, key (copied; (Datum) 0: none) and claim order;
+// s: its key's place in the walk (from 1; 0 for a job without a key), rn: its place in its key
+// (or among the jobs without a key), from 1.
+struct Pick {
+    ItemPointerData tid;
+    Datum key;
+    core::ClaimKey order;
+    int s, rn;
+};
+
+Pick pick_of(TupleTableSlot* seen, bool keyed, int s, int rn)
 {
-    Relation index = open_index(op, index_oid);
-    ScanKeyData keys[2];
-    ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
-                           queue_hash(queue));
-    int nkeys = 1;
-    if (bound != (Datum) 0) {
-        ScanKeyEntryInitialize(&keys[1], 0, 2, strategy, InvalidOid, index->rd_indcollation[1],
-                               strategy == BTGreaterStrategyNumber ? F_TEXT_GT : F_TEXT_LE, bound);
-        nkeys = 2;
+    bool isnull = false;
+    Pick p;
+    p.tid = seen->tts_tid;
+    p.key = keyed ? datumCopy(slot_getattr(seen, shape.concurrency_key, &isnull), false, -1)
+                  : (Datum) 0;
+    p.order = {int4_of(seen, kPriority),
+               DatumGetTimestampTz(slot_getattr(seen, shape.job[kRunAt], &isnull)),
+               int8_of(seen, kJobId), 0};
+    p.s = s;
+    p.rn = rn;
+    return p;
+}
+
+bool text_after(Datum a, Datum b)
+{
+    return DatumGetBool(DirectFunctionCall2Coll(text_gt, DEFAULT_COLLATION_OID, a, b));
+}
+
+// The statement's picks for a batch of b, in its order (round, then the key's place in the
+// walk; the jobs without a key last), into picks (room for b); returns how many. The walk takes
+// the first claimable job of each key in turn, one descent per key: first the keys after last,
+// then from the first key up to last (every key when there is no turn), until it has b keys.
+// With fewer, each key gives up to b jobs, taken round by round (the statement's rounds), and
+// the jobs without a key fill what the keys' jobs leave of the batch.
+int pick_in_turn(Op& op, Datum queue, Datum last, int b, const Claimable& eligible, Pick* picks)
+{
+    Scan keys(op, shape.jobs_keys, queue, true, eligible);
+    int k = 0;
+    bool wrapped = last == (Datum) 0;
+    StrategyNumber strategy = wrapped ? InvalidStrategy : BTGreaterStrategyNumber;
+    Datum bound = last;
+    while (k < b) {
+        keys.start(strategy, bound);
+        bool found = keys.next();
+        Pick p = found ? pick_of(keys.seen, true, k + 1, 1) : Pick{};
+        if (!found || (wrapped && last != (Datum) 0 && text_after(p.key, last))) {
+            if (wrapped)
+                break;
+            wrapped = true;  // the wrap: from the first key
+            strategy = InvalidStrategy;
+            continue;
+        }
+        picks[k++] = p;
+        strategy = BTGreaterStrategyNumber;
+        bound = p.key;
     }
-    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, nkeys, 0);
-    index_rescan(scan, keys, nkeys, nullptr, 0);
-    bool found = false;
-    while (!found && index_getnext_slot(scan, ForwardScanDirection, seen)) {
-        bool no_key = false;
-        slot_getattr(seen, shape.concurrency_key, &no_key);
-        found = no_key != keyed && eligible(seen, cap);
+    int n = k;
+    if (k > 0 && k < b) {
+        // Rounds: up to b jobs of each key, then the first b of them by round and key.
+        Pick* all = static_cast<Pick*>(palloc(sizeof(Pick) * k * b));
+        n = 0;
+        for (int i = 0; i < k; ++i) {
+            keys.start(BTEqualStrategyNumber, picks[i].key);
+            for (int rn = 1; rn <= b && keys.next(); ++rn)
+                all[n++] = pick_of(keys.seen, true, i + 1, rn);
+        }
+        for (int i = 1; i < n; ++i) {  // by round, stably: within a round, by the key's place
+            Pick p = all[i];
+            int j = i;
+            for (; j > 0 && all[j - 1].rn > p.rn; --j)
+                all[j] = all[j - 1];
+            all[j] = p;
+        }
+        for (int i = 0; i < Min(n, b); ++i)
+            picks[i] = all[i];
+        pfree(all);
     }
-    index_endscan(scan);
-    return found;
+    int taken = Min(n, b);
+    if (n < b) {
+        // The statement's keyless fill: b less every job its keys gave.
+        Scan keyless(op, shape.jobs_claim, queue, false, eligible);
+        keyless.start(InvalidStrategy, (Datum) 0);
+        for (int rn = 1; taken < b && keyless.next(); ++rn)
+            picks[taken++] = pick_of(keyless.seen, false, 0, rn);
+    }
+    return taken;
 }
 
 }  // namespace
@@ -142,37 +263,38 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
         return -1;
 
     Claimable eligible = claimable(call, *q, now);
-    TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
-    core::Cap cap = {};
-    // The keys after the turn's, then the wrap: from the first key up to the turn's own.
-    bool keyed =
-        first_claimable(op, shape.jobs_keys, queue, BTGreaterStrategyNumber, last, true, eligible,
-                        seen, &cap) ||
-        (last != (Datum) 0 && first_claimable(op, shape.jobs_keys, queue, BTLessEqualStrategyNumber,
-                                              last, true, eligible, seen, &cap));
-    bool found = keyed || first_claimable(op, shape.jobs_claim, queue, InvalidStrategy, (Datum) 0,
-                                          false, eligible, seen, &cap);
-    int claimed = 0;
-    if (found) {
-        bool isnull = false;
-        Datum key = keyed ? datumCopy(slot_getattr(seen, shape.concurrency_key, &isnull), false, -1)
-                          : (Datum) 0;
-        ItemPointerData tid = seen->tts_tid;
+    Pick* picks = static_cast<Pick*>(palloc(sizeof(Pick) * call.batch));
+    int n = pick_in_turn(op, queue, last, call.batch, eligible, picks);
+    // Claimed in claim order (the order claim_job returns them in); the turn is the key of the
+    // last pick in the statement's order that was claimed. A pick locked by another (SKIP
+    // LOCKED) or no longer claimable is left, as the statement's cohort leaves it.
+    core::ClaimKey* order = static_cast<core::ClaimKey*>(palloc(sizeof(core::ClaimKey) * (n + 1)));
+    for (int i = 0; i < n; ++i) {
+        order[i] = picks[i].order;
+        order[i].row = static_cast<uint32>(i);
+    }
+    core::sort_claim_order(order, n);
+    Datum lease = call.no_lease ? q->lease : call.lease;
+    Datum expires = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), lease);
+    int claimed = 0, turn = -1;
+    for (int i = 0; i < n; ++i) {
+        const Pick& p = picks[order[i].row];
+        ItemPointerData tid = p.tid;
         TM_FailureData failure;
+        core::Cap cap = {};
         TM_Result r =
             table_tuple_lock(op.rel, &tid, op.snapshot, op.found, op.cid, LockTupleNoKeyExclusive,
                              LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
-        if (r == TM_Ok && eligible(op.found, &cap)) {
-            Datum lease = call.no_lease ? q->lease : call.lease;
-            Datum expires =
-                DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), lease);
-            claim_found(op, call, lease, expires, now, cap, out);
-            claimed = 1;
-            if (keyed)
-                write_turn(op, queue, key, turn_found, turn_tid);
-        }
+        if (r != TM_Ok || !eligible(op.found, &cap))
+            continue;
+        claim_found(op, call, lease, expires, now, cap, &out[claimed++]);
+        if (p.key != (Datum) 0)
+            turn = Max(turn, static_cast<int>(order[i].row));
     }
-    ExecDropSingleTupleTableSlot(seen);
+    if (turn >= 0)
+        write_turn(op, queue, picks[turn].key, turn_found, turn_tid);
+    pfree(order);
+    pfree(picks);
     return claimed;
 }
 

@@ -188,6 +188,29 @@ expect "depends_on: the parent died, the child is cancelled" "cancelled" \
 expect "depends_on a job of another queue: refused, saying why" "42704 own queue" \
     "$(psql -X -q -A -t -v VERBOSITY=verbose -p $c -c "SELECT jobcap.enqueue_job('q4', '{}', depends_on => ARRAY[$p]::bigint[])" 2>&1 | grep -o '42704\|own queue' | tr '\n' ' ' | sed 's/ $//' || true)"
 
+# Flow control on a cluster: the claims of a queue created after distribute() run on its shard
+# as the delegated call, with the queue's turn and running jobs per key read there. Round-robin
+# with 2 per key (keys a a a b b c c, two jobs without a key): a batch of 4 takes a, b, c and a
+# again; then a batch of 10 takes b, c (a at its limit) and the two without a key. A fifo queue
+# with 1 per key takes one job of each key; a rate limit of 3 an hour hands out 3 of 10.
+# (Returned in claim order: priority, run_at, id.)
+q $c "SELECT jobcap.create_queue('fair', fairness => 'round_robin', max_running_per_key => 2)" >/dev/null
+q $c "SELECT jobcap.create_queue('perkey', max_running_per_key => 1)" >/dev/null
+q $c "SELECT jobcap.create_queue('rated', rate_limit => 3, rate_period => '1 hour')" >/dev/null
+for fq in fair perkey rated; do
+    q $c "SELECT jobcap.enqueue_jobs('$fq', ARRAY['{\"k\": \"a\"}', '{\"k\": \"a\"}', '{\"k\": \"a\"}', '{\"k\": \"b\"}', '{\"k\": \"b\"}', '{\"k\": \"c\"}', '{\"k\": \"c\"}', '{\"k\": \"-\"}', '{\"k\": \"-\"}']::jsonb[], concurrency_keys => ARRAY['a', 'a', 'a', 'b', 'b', 'c', 'c', NULL, NULL])" >/dev/null
+done
+keys_of() { q $c "SELECT coalesce(string_agg(payload->>'k', ' '), '') FROM jobcap.claim_job('$1', 'w', $2)"; }
+expect "round-robin, 2 per key: a batch of 4 takes a, b, c, a" "a a b c" "$(keys_of fair 4)"
+expect "round-robin: the turn ends on a, on the queue's shard" "a" \
+    "$(q "$(shard_of fair | cut -d'|' -f2)" "SELECT last_key FROM jobcap.queue_turns WHERE queue = 'fair'")"
+expect "round-robin: then b, c and the jobs without a key (a at its limit)" "b c - -" "$(keys_of fair 10)"
+expect "fifo, 1 per key: one job of each key and those without a key" "a b c - -" "$(keys_of perkey 10)"
+expect "rate limit of 3 an hour: 3 of 10" "3" \
+    "$(q $c "SELECT count(*) FROM jobcap.claim_job('rated', 'w', 10)")"
+expect "rate limit: nothing more this hour" "0" \
+    "$(q $c "SELECT count(*) FROM jobcap.claim_job('rated', 'w', 10)")"
+
 # A shard move under load: two clients enqueue, claim and complete jobs of q5 through the
 # coordinator while q5's shard (with its colocated shards) moves to the other worker. Nothing
 # acknowledged is lost: every enqueue is there, every claim's fence is its job's (a claim
