@@ -25,6 +25,7 @@ extern "C" {
 #include "catalog/pg_index.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
+#include "commands/defrem.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"

@@ -432,17 +432,41 @@ void update(Op& op)
 void write_plainly(Op& op, Relation rel, Oid pkey, bool found, ItemPointerData tid,
                    TupleTableSlot* row, Datum* key, int nkeys)
 {
-    // As the SQL path's upsert: a publication whose column list or row filter does not cover
-    // the replica identity refuses the change.
-    CheckCmdReplicaIdentity(rel, found ? CMD_UPDATE : CMD_INSERT);
-    bool indexed = true;
-    if (found) {
+    // As the SQL path's upsert, INSERT ... ON CONFLICT DO UPDATE, which is checked as an UPDATE
+    // even when it inserts: a publication whose column list or row filter does not cover the
+    // replica identity refuses it.
+    CheckCmdReplicaIdentity(rel, CMD_UPDATE);
+    bool indexed = true, insert = !found;
+    ItemPointerData at = tid;
+    while (!insert) {
+        TM_FailureData failure;
+        LockTupleMode mode;
         JobcapUpdateIndexes how;
-        simple_table_tuple_update(rel, &tid, row, op.snapshot, &how);
-        indexed = jobcap_update_needs_indexes(how);
-    } else {
-        simple_table_tuple_insert(rel, row);
+        TM_Result r = table_tuple_update(rel, &at, row, GetCurrentCommandId(true), op.snapshot,
+                                         InvalidSnapshot, true, &failure, &mode, &how);
+        if (r == TM_Ok) {
+            indexed = jobcap_update_needs_indexes(how);
+            break;
+        }
+        if (r == TM_Updated) {
+            // Changed by another writer meanwhile (by hand: the caller's turn or slot keeps
+            // the claims out): written over its latest version, as the upsert's DO UPDATE would.
+            TupleTableSlot* latest = table_slot_create(rel, nullptr);
+            r = table_tuple_lock(rel, &at, op.snapshot, latest, GetCurrentCommandId(true),
+                                 LockTupleExclusive, LockWaitBlock,
+                                 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
+            at = latest->tts_tid;
+            ExecDropSingleTupleTableSlot(latest);
+            if (r == TM_Ok)
+                continue;
+        }
+        if (r != TM_Deleted)
+            elog(ERROR, "jobcap: could not write a row of %s (%d)", RelationGetRelationName(rel),
+                 static_cast<int>(r));
+        insert = true;  // deleted meanwhile: inserted anew, as the upsert would
     }
+    if (insert)
+        simple_table_tuple_insert(rel, row);
     if (indexed) {
         // The primary key, the table's one index (written_plainly): checked as an INSERT's (a
         // row of the same key committed meanwhile, by hand, raises 23505).
@@ -451,7 +475,7 @@ void write_plainly(Op& op, Relation rel, Oid pkey, bool found, ItemPointerData t
         for (int i = 0; i < nkeys; ++i)
             nulls[i] = false;  // key columns are NOT NULL (written_plainly)
         IndexInfo* info = BuildIndexInfo(index);
-        index_insert(index, key, nulls, &row->tts_tid, rel, UNIQUE_CHECK_YES, found, info);
+        index_insert(index, key, nulls, &row->tts_tid, rel, UNIQUE_CHECK_YES, !insert, info);
         index_close(index, NoLock);
     }
 }

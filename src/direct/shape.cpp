@@ -205,6 +205,15 @@ void learn_turns(Shape& s, Oid nsp)
         s.turns = InvalidOid;
         return;
     }
+    // The statement orders keys under the column's collation, the walk under the index's:
+    // both must be the database's.
+    Oid type = InvalidOid, collation = InvalidOid;
+    int32 typmod = -1;
+    get_atttypetypmodcoll(s.jobs, s.concurrency_key, &type, &typmod, &collation);
+    if (collation != DEFAULT_COLLATION_OID) {
+        s.turns = InvalidOid;
+        return;
+    }
     Relation turns = table_open(s.turns, AccessShareLock);
     TupleDesc desc = RelationGetDescr(turns);
     s.turn_queue = column(desc, "queue", TEXTOID);

@@ -21,8 +21,9 @@ namespace jobcap::direct {
 namespace {
 
 // Locks the queue's row read at q.tid FOR NO KEY UPDATE (its latest version, waiting as the SQL
-// statement does); false when it is gone.
-bool lock_queue_row(Op& op, const QueueRow& q)
+// statement does): TM_Ok, TM_Deleted when it is gone (drop_queue committed meanwhile: the SQL
+// statement's lock finds no row and claims nothing), or another result for the SQL path to see.
+TM_Result lock_queue_row(Op& op, const QueueRow& q)
 {
     Relation queues = table_open(shape.queues, RowShareLock);
     TupleTableSlot* slot = table_slot_create(queues, nullptr);
@@ -32,7 +33,7 @@ bool lock_queue_row(Op& op, const QueueRow& q)
                                    LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &failure);
     ExecDropSingleTupleTableSlot(slot);
     table_close(queues, NoLock);  // as a statement's locks: held to the end of the transaction
-    return r == TM_Ok;
+    return r;
 }
 
 // The queue's turn in op's snapshot: true with *last = its last key (copied; (Datum) 0 when the
@@ -247,7 +248,10 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
 {
     Datum queue = call.queue.datum;
     take_exclusive_claim_turn(queue);
-    if (!lock_queue_row(op, *q))
+    TM_Result locked = lock_queue_row(op, *q);
+    if (locked == TM_Deleted)
+        return 0;
+    if (locked != TM_Ok)
         return -1;
     // Everything committed before the turn and the row were taken is seen from here: the claims
     // that went before and their turn, a change of the queue's settings.

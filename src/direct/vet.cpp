@@ -193,6 +193,15 @@ bool index_on(Oid idx, Oid rel, const AttrNumber* keys, int nkeys, AttrNumber co
         ok = (keys[i] != InvalidAttrNumber || (i == 0 && hashed != InvalidAttrNumber)) &&
              index->indkey.values[i] == keys[i] &&
              (option == nullptr || option->values[i] == 0);  // ascending, nulls last
+    // Each key in its type's default btree operator class: the order the statements compare
+    // keys in (text_pattern_ops, built in too, orders text by its bytes whatever the collation).
+    Datum classes = SysCacheGetAttr(INDEXRELID, t, Anum_pg_index_indclass, &isnull);
+    const oidvector* opclass =
+        isnull ? nullptr : reinterpret_cast<const oidvector*>(DatumGetPointer(classes));
+    for (int i = 0; ok && i < nkeys; ++i) {
+        Oid type = keys[i] == InvalidAttrNumber ? INT8OID : get_atttype(rel, keys[i]);
+        ok = opclass != nullptr && opclass->values[i] == GetDefaultOpClass(type, BTREE_AM_OID);
+    }
     // Keys compared under the columns' collation, the database's (learn_shape requires it of
     // the columns): under another (a case-insensitive one) a scan for one queue's key would
     // find another queue's row.
