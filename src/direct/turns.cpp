@@ -247,23 +247,31 @@ int pick_in_turn(Op& op, Datum queue, Datum last, int b, const Claimable& eligib
 int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow* q, Claimed* out)
 {
     Datum queue = call.queue.datum;
+    // As the SQL path: the turn, then the queue's row read in a snapshot taken after it (a queue
+    // dropped and created again while the claim waited is the new one) and locked, then a
+    // snapshot taken after both, in which everything before them is seen: the claims that went
+    // before and their turn, a change of the queue's settings or grants. Whatever the SQL
+    // statement would find no row for from here (no queue, a paused one, a caller who may no
+    // longer work it) claims nothing, as it does; a queue whose settings changed goes to the
+    // SQL path, which decides anew.
     take_exclusive_claim_turn(queue);
+    fresh_snapshot(op);
+    if (!read_queue(op, queue, q))
+        return 0;
     TM_Result locked = lock_queue_row(op, *q);
     if (locked == TM_Deleted)
         return 0;
     if (locked != TM_Ok)
         return -1;
-    // Everything committed before the turn and the row were taken is seen from here: the claims
-    // that went before and their turn, a change of the queue's settings.
     fresh_snapshot(op);
     TimestampTz now = GetCurrentTimestamp();
+    if (!read_queue(op, queue, q) || q->paused || !may_work(access, queue, op.snapshot))
+        return 0;
     Datum last = (Datum) 0;
     bool turn_found = false;
     ItemPointerData turn_tid;
     ItemPointerSetInvalid(&turn_tid);
-    if (!read_queue(op, queue, q) || q->paused || !q->turns_only ||
-        !may_work(access, queue, op.snapshot) ||
-        !read_turn(op, queue, &last, &turn_found, &turn_tid))
+    if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid))
         return -1;
 
     Claimable eligible = claimable(call, *q, now);
