@@ -495,6 +495,16 @@ CREATE INDEX jobs_keys
     ON jobcap.jobs (pg_catalog.hashtextextended(queue, 0), concurrency_key, priority, run_at, job_id)
     WHERE state OPERATOR(pg_catalog.=) 'pending' AND concurrency_key IS NOT NULL;
 
+-- The running jobs by queue: jobs_running's first key is now the queue's hash, as jobs_claim's
+-- (0.1.0--0.2.0), then the id. A capped claim counts its queue's running jobs (max_running, and
+-- per key), and the count read the running jobs of every queue through the old index, (job_id),
+-- and the dead entries the completions left: with many queues each claim paid for all of them
+-- (docs/flow_control.md). The reaper's and the statistics' scans of every running job read the
+-- same entries as before. Built under the update's lock on jobs, as the claim index was.
+DROP INDEX jobcap.jobs_running;
+CREATE INDEX jobs_running ON jobcap.jobs (pg_catalog.hashtextextended(queue, 0), job_id)
+    WHERE state OPERATOR(pg_catalog.=) 'running';
+
 -- max_running_per_key: at most that many running jobs of each concurrency key (NULL: no limit;
 -- jobs without a key are not limited by it). fairness: 'fifo' hands due jobs out by priority,
 -- run_at and id; 'round_robin' across concurrency keys in turn first. A queue with either is

@@ -204,6 +204,44 @@ DROP FUNCTION turns_plan(int, text, int, text[]);
 DROP FUNCTION reads(jsonb);
 SELECT jobcap.drop_queue('turns', force => true);
 
+-- A limited queue's claim counts its own running jobs, not every queue's: 600 jobs running in
+-- another queue are not read (jobs_running's first key is the queue's hash; on job_id alone
+-- every claim below read all 600). Rows read from jobs by sequential scans and entries read
+-- from its indexes, around each claim; the claims of one share the turn on the direct path
+-- and count on the SQL path, max_running and per key alike.
+SELECT jobcap.create_queue('held', lease => '1 hour');
+SELECT cardinality(jobcap.enqueue_jobs('held', array_fill('{}'::jsonb, ARRAY[600])));
+SELECT count(*) AS held FROM jobcap.claim_job('held', 'holder', 600);
+SELECT jobcap.create_queue('counted', max_running => 1000000);
+SELECT jobcap.create_queue('counted_keys', max_running_per_key => 1000000);
+SELECT cardinality(jobcap.enqueue_jobs('counted', array_fill('{}'::jsonb, ARRAY[3])));
+SELECT cardinality(jobcap.enqueue_jobs('counted_keys', array_fill('{}'::jsonb, ARRAY[3]),
+                                              concurrency_keys => '{a,b,a}'));
+ANALYZE jobcap.jobs;
+CREATE FUNCTION pg_temp.jobs_reads() RETURNS bigint LANGUAGE sql AS $$
+    SELECT pg_stat_get_xact_tuples_returned('jobcap.jobs'::regclass)
+           + (SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint
+                FROM pg_index i WHERE i.indrelid = 'jobcap.jobs'::regclass)
+$$;
+CREATE TEMP TABLE claim_reads (queue text, claimed bigint, rows_read bigint);
+CREATE PROCEDURE pg_temp.measure_claim(q text) LANGUAGE plpgsql AS $$
+DECLARE
+  r0 bigint := pg_temp.jobs_reads();
+  n bigint;
+BEGIN
+  SELECT count(*) INTO n FROM jobcap.claim_job(q, 'w');
+  INSERT INTO claim_reads VALUES (q, n, pg_temp.jobs_reads() - r0);
+END $$;
+BEGIN;
+CALL pg_temp.measure_claim('counted');
+CALL pg_temp.measure_claim('counted');
+CALL pg_temp.measure_claim('counted_keys');
+CALL pg_temp.measure_claim('counted_keys');
+COMMIT;
+SELECT queue, claimed, CASE WHEN rows_read < 50 THEN 'under 50' ELSE rows_read::text END AS rows_read
+  FROM claim_reads ORDER BY queue, rows_read;
+SELECT jobcap.drop_queue(q, force => true) FROM unnest('{held,counted,counted_keys}'::text[]) q;
+
 DROP FUNCTION settle_plan(text);
 DROP FUNCTION scans(jsonb);
 DROP FUNCTION claim_plan(int, text, oid);

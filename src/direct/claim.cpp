@@ -8,14 +8,19 @@ namespace jobcap::direct {
 namespace {
 
 // Whether queue has at most limit running jobs in op's snapshot (counted through jobs_running
-// until there are more).
+// until there are more): the queue's entries, found by its hash (compat(0.2.0): every running
+// job's, the index on job_id alone).
 bool running_at_most(Op& op, Datum queue, int64 limit)
 {
     if (limit < 0)
         return false;
     Relation index = open_index(op, shape.jobs_running);
-    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, 0, 0);
-    index_rescan(scan, nullptr, 0, nullptr, 0);
+    ScanKeyData key;
+    ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+                           queue_hash(queue));
+    int nkeys = shape.running_by_queue ? 1 : 0;
+    IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, nkeys, 0);
+    index_rescan(scan, &key, nkeys, nullptr, 0);
     TupleTableSlot* seen = table_slot_create(op.rel, nullptr);
     int64 running = 0;
     while (running <= limit && index_getnext_slot(scan, ForwardScanDirection, seen)) {

@@ -14,30 +14,12 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
 {
     charge->window = rate_rows(kClaimSlots + 1);
     charge->found = false;
-    // The write's lock, taken now and held to commit, so no index, trigger or constraint can be
-    // added between the read and the write (CREATE INDEX and CREATE TRIGGER wait for it); one
-    // that came before it forgets the shape (its invalidation is read here): no room then, and
-    // the claim goes to the SQL path.
-    Relation rates = table_open(shape.rates, RowExclusiveLock);
-    Relation index = index_open(shape.rates_pkey, RowExclusiveLock);
-    if (!shape.known) {
-        index_close(index, NoLock);
-        table_close(rates, NoLock);
+    QueueRows rows;  // the write's lock, held to commit (rows.hpp)
+    if (!rows.begin(op, shape.rates, shape.rates_pkey, shape.rate_queue, queue))
         return 0;
-    }
-    ScanKeyData key;
-    ScanKeyEntryInitialize(&key, 0, shape.rate_queue, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[0], F_TEXTEQ, queue);
-    index_close(index, NoLock);
-    SysScanDesc scan = systable_beginscan(rates, shape.rates_pkey, true, op.snapshot, 1, &key);
-    TupleDesc desc = RelationGetDescr(rates);
+    TupleDesc desc = rows.desc;
     HeapTuple t;
-    while (HeapTupleIsValid(t = systable_getnext(scan))) {
-        bool isnull = false;
-        Datum name = heap_getattr(t, shape.rate_queue, desc, &isnull);
-        if (isnull ||
-            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue)))
-            continue;  // another queue's row under the index's collation
+    while ((t = rows.next()) != nullptr) {
         bool n1 = false, n2 = false, n3 = false, n4 = false;
         Datum row_slot = heap_getattr(t, shape.rate_slot, desc, &n1);
         Datum slot_us = heap_getattr(t, shape.rate_slot_us, desc, &n2);
@@ -52,8 +34,7 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
         }
         add_rate_row(charge->window, own, slot_us, newest, counts, q.rate_slot_us, now);
     }
-    systable_endscan(scan);
-    table_close(rates, NoLock);  // as a statement's locks: held to the end of the transaction
+    rows.end();
     return rate_rows_room(charge->window, q.rate_slot_us, now, q.rate_limit);
 }
 

@@ -197,6 +197,24 @@ void claim_found(Op& op, const ClaimCall& call, Datum lease, Datum expires, Time
 // while the claim waited for its turn).
 int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow* q, Claimed* out);
 
+// A scan of queue's rows in a plainly written table (queue_rates, queue_turns) through pkey,
+// whose first key is the queue column, in op's snapshot. The table is opened with its write's
+// lock, taken now and held to commit, so no index, trigger or constraint can come between the
+// read and the write (CREATE INDEX and CREATE TRIGGER wait for it); one that came before it
+// forgets the shape, whose invalidation is read here: begin() is false then (nothing to end),
+// and the claim goes to the SQL path. next() skips another queue's rows (equal under the
+// index's collation, not the database's) and rows whose queue is NULL.
+struct QueueRows {
+    bool begin(Op& op, Oid table, Oid pkey, AttrNumber column, Datum queue);
+    HeapTuple next();
+    void end();
+    Relation rel;
+    TupleDesc desc;
+    SysScanDesc scan;
+    AttrNumber column;
+    Datum queue;
+};
+
 // The SQL path's upsert of a row of rel (queue_rates, queue_turns: vetted by shape.cpp's
 // written_plainly) without the executor: row (a virtual slot of rel) written over the version
 // read at tid when found (HOT when it fits), else inserted; then, unless the update was HOT, its

@@ -360,9 +360,14 @@ bool learn_shape()
             index_on(s.queues_pkey, s.queues, qkey, 1) &&
             index_on(s.grants_pkey, s.grants, gkey, 1) && s.grant_grantee != InvalidAttrNumber;
     }
-    AttrNumber running[1] = {s.job[kJobId]};
+    AttrNumber by_queue[2] = {0, s.job[kJobId]};  // hashtextextended(queue, 0), job_id
+    AttrNumber by_id[1] = {s.job[kJobId]};        // compat(0.2.0): job_id
+    s.running_by_queue =
+        s.direct && OidIsValid(s.jobs_running) &&
+        index_on(s.jobs_running, s.jobs, by_queue, 2, s.job[kState], s.running, s.job[kQueue]);
     if (!s.direct || !OidIsValid(s.jobs_running) ||
-        !index_on(s.jobs_running, s.jobs, running, 1, s.job[kState], s.running))
+        (!s.running_by_queue &&
+         !index_on(s.jobs_running, s.jobs, by_id, 1, s.job[kState], s.running)))
         s.jobs_running = InvalidOid;
     learn_rates(s, nsp);
     learn_turns(s, nsp);

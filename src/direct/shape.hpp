@@ -70,9 +70,11 @@ struct Shape {
     bool direct;  // 0.2.0 columns present, no triggers, no row security, indexes as expected
     Oid jobs, jobs_pkey, jobs_claim, queues, queues_pkey, grants, grants_pkey, fences;
     // jobs_running, a shared claim's count of its queue's running jobs (claim.cpp), vetted:
-    // on job_id, every running job and only those; InvalidOid otherwise (the claims of a queue
-    // with max_running then go to the SQL path).
+    // every running job and only those, on (hashtextextended(queue, 0), job_id)
+    // (running_by_queue) or, compat(0.2.0), on job_id; InvalidOid otherwise (the claims of a
+    // queue with max_running then go to the SQL path).
     Oid jobs_running;
+    bool running_by_queue;
     AttrNumber job[kJobColumns];
     AttrNumber queue[kQueueColumns];
     AttrNumber grant_queue, grant_grantee;

@@ -43,34 +43,19 @@ bool read_turn(Op& op, Datum queue, Datum* last, bool* found, ItemPointerData* t
 {
     *last = (Datum) 0;
     *found = false;
-    // The write's lock, taken now and held to commit, as direct/rates.cpp's.
-    Relation turns = table_open(shape.turns, RowExclusiveLock);
-    Relation index = index_open(shape.turns_pkey, RowExclusiveLock);
-    if (!shape.known) {
-        index_close(index, NoLock);
-        table_close(turns, NoLock);
+    QueueRows rows;
+    if (!rows.begin(op, shape.turns, shape.turns_pkey, shape.turn_queue, queue))
         return false;
-    }
-    ScanKeyData key;
-    ScanKeyEntryInitialize(&key, 0, shape.turn_queue, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[0], F_TEXTEQ, queue);
-    index_close(index, NoLock);
-    SysScanDesc scan = systable_beginscan(turns, shape.turns_pkey, true, op.snapshot, 1, &key);
-    TupleDesc desc = RelationGetDescr(turns);
-    HeapTuple t;
-    while (!*found && HeapTupleIsValid(t = systable_getnext(scan))) {
-        bool n1 = false, n2 = false;
-        Datum name = heap_getattr(t, shape.turn_queue, desc, &n1);
-        Datum key_text = heap_getattr(t, shape.turn_last_key, desc, &n2);
-        if (n1 || n2 ||
-            !DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, name, queue)))
-            continue;  // another queue's row under the index's collation
+    HeapTuple t = rows.next();
+    bool isnull = true;
+    Datum key_text =
+        t == nullptr ? (Datum) 0 : heap_getattr(t, shape.turn_last_key, rows.desc, &isnull);
+    if (!isnull) {  // NOT NULL (learn_turns)
         *found = true;
         *tid = t->t_self;
         *last = datumCopy(key_text, false, -1);
     }
-    systable_endscan(scan);
-    table_close(turns, NoLock);
+    rows.end();
     return true;
 }
 
@@ -96,7 +81,9 @@ void write_turn(Op& op, Datum queue, Datum key, bool found, ItemPointerData tid)
 
 // A scan of the queue's entries in an index of op.rel (jobs_keys: keyed, only jobs with a key;
 // the claim index: only jobs without one), restarted from a bound on the second key, yielding
-// the claimable jobs it meets in index order.
+// the claimable jobs it meets in index order. Ended by end(), not a destructor: next() runs
+// code that can raise an error, whose longjmp must not pass over a destructor (the abort
+// releases the scan's pins and the slot's memory).
 struct Scan {
     Scan(Op& op, Oid index_oid, Datum queue, bool keyed, const Claimable& eligible)
         : op(op), keyed(keyed), eligible(eligible), hash(queue_hash(queue))
@@ -104,7 +91,7 @@ struct Scan {
         index = open_index(op, index_oid);
         seen = table_slot_create(op.rel, nullptr);
     }
-    ~Scan()
+    void end()
     {
         if (desc != nullptr)
             index_endscan(desc);
@@ -231,6 +218,7 @@ int pick_in_turn(Op& op, Datum queue, Datum last, int b, const Claimable& eligib
             picks[i] = all[i];
         pfree(all);
     }
+    keys.end();
     int taken = Min(n, b);
     if (n < b) {
         // The statement's keyless fill: b less every job its keys gave.
@@ -238,6 +226,7 @@ int pick_in_turn(Op& op, Datum queue, Datum last, int b, const Claimable& eligib
         keyless.start(InvalidStrategy, (Datum) 0);
         for (int rn = 1; taken < b && keyless.next(); ++rn)
             picks[taken++] = pick_of(keyless.seen, false, 0, rn);
+        keyless.end();
     }
     return taken;
 }

@@ -51,7 +51,9 @@ JOBCAP_STATEMENT(
     "           AND j.queue = $1 AND j.state = 'pending'"
     "        UNION ALL"
     "        SELECT j.queue, j.state, j.run_at, j.attempts, j.cap_epoch, j.max_attempts"
-    "          FROM jobcap.jobs j WHERE j.queue = $1 AND j.state = 'running') j"
+    "          FROM jobcap.jobs j"
+    "         WHERE hashtextextended(j.queue, 0) = hashtextextended($1, 0)"
+    "           AND j.queue = $1 AND j.state = 'running') j"
     "  JOIN jobcap.queues q ON q.queue = j.queue"
     " WHERE " JOBCAP_MAY_WORK("$3", "$1"),
     {TEXTOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);

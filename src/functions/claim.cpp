@@ -154,7 +154,8 @@ JOBCAP_STATEMENT(lock_capped_queue_0_2,
 // row lock with a fresh snapshot, as count_running.
 JOBCAP_STATEMENT(count_running_keys,
                  "SELECT array_agg(c.k), array_agg(c.n) FROM (SELECT j.concurrency_key,"
-                 "   count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1"
+                 "   count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
+                 "   AND hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1"
                  "   AND j.concurrency_key IS NOT NULL GROUP BY 1) AS c(k, n)",
                  {TEXTOID});
 
@@ -162,10 +163,10 @@ JOBCAP_STATEMENT(count_running_keys,
 JOBCAP_STATEMENT(read_turn, "SELECT t.last_key FROM jobcap.queue_turns t WHERE t.queue = $1",
                  {TEXTOID});
 
-JOBCAP_STATEMENT(
-    count_running,
-    "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running' AND j.queue = $1",
-    {TEXTOID});
+JOBCAP_STATEMENT(count_running,
+                 "SELECT count(*)::int4 FROM jobcap.jobs j WHERE j.state = 'running'"
+                 "   AND hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.queue = $1",
+                 {TEXTOID});
 
 // After a claim of queue $1 found nothing: the queue's controls (paused; a cap, NULL when it has
 // none), and whether the caller ($2) may work it. No row: no such queue.

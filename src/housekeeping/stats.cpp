@@ -105,7 +105,8 @@ namespace statements {
     "CASE WHEN q.max_running_per_key IS NOT NULL THEN (SELECT count(*) FROM jobcap.jobs j"         \
     "   WHERE j.queue = q.queue AND j.state = 'pending' AND j.run_at <= $3"                        \
     "     AND j.concurrency_key IN (SELECT k.concurrency_key FROM jobcap.jobs k"                   \
-    "       WHERE k.queue = q.queue AND k.state = 'running' AND k.concurrency_key IS NOT NULL"     \
+    "       WHERE hashtextextended(k.queue, 0) = hashtextextended(q.queue, 0)"                     \
+    "         AND k.queue = q.queue AND k.state = 'running' AND k.concurrency_key IS NOT NULL"     \
     "       GROUP BY 1 HAVING count(*) >= q.max_running_per_key)) END"
 #define RATE_ROWS                                                                                  \
     "(SELECT array_agg(r.slot_us ORDER BY r.slot) FROM jobcap.queue_rates r"                       \
