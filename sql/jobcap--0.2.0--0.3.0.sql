@@ -500,7 +500,11 @@ CREATE INDEX jobs_keys
 -- per key), and the count read the running jobs of every queue through the old index, (job_id),
 -- and the dead entries the completions left: with many queues each claim paid for all of them
 -- (docs/flow_control.md). The reaper's and the statistics' scans of every running job read the
--- same entries as before. Built under the update's lock on jobs, as the claim index was.
+-- same entries as before. The fenced calls (job_id = $1 AND fence AND state = 'running'), which
+-- the old key served as directly as the primary key, keep their state test out of the planner's
+-- reach (inside IS TRUE) and find the row by the primary key: with job_id second here, a plan
+-- through this index would walk every running job. Built under the update's lock on jobs, as
+-- the claim index was.
 DROP INDEX jobcap.jobs_running;
 CREATE INDEX jobs_running ON jobcap.jobs (pg_catalog.hashtextextended(queue, 0), job_id)
     WHERE state OPERATOR(pg_catalog.=) 'running';

@@ -25,7 +25,7 @@ JOBCAP_STATEMENT(
     give_up_job,
     "WITH given_up AS (UPDATE jobcap.jobs j SET state = 'dead', max_attempts = j.attempts,"
     "       finished_at = $4, lease_expires_at = NULL"
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running'"
+    " WHERE j.job_id = $1 AND (j.fence = $2 AND j.state = 'running') IS TRUE"
     "   AND " JOBCAP_MAY_WORK("$5", "j.queue")
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("given_up", "'error'", "$3", "$4")

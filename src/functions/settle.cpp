@@ -3,7 +3,11 @@
 // whose lease was reaped, re-claimed, cancelled or settled matches no row and gets the stale-fence
 // error, and whatever it wrote in the same transaction rolls back with it. The last parameter of
 // each is the caller (access.hpp): a job of a queue not granted to it matches no row either, and
-// raise_not_current tells the two apart.
+// raise_not_current tells the two apart. The fence and state tests sit inside IS TRUE, as in the
+// batch statements and the reaper's, so that the row is found by its primary key: jobs_running
+// matches state = 'running' but is keyed by the queue's hash first (0.3.0), and a generic plan
+// made while it looked small would walk every running job's entry for a job_id that is not its
+// first key.
 #include "functions/hot_path.hpp"
 #include "spi/access.hpp"
 #include "spi/args.hpp"
@@ -26,7 +30,7 @@ namespace statements {
 #define COMPLETE_JOB(DEPENDENTS)                                                                   \
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL,"       \
     "   output = $5"                                                                               \
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"                                      \
+    " WHERE job_id = $1 AND (fence = $2 AND state = 'running') IS TRUE"                            \
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state, " DEPENDENTS
 
 JOBCAP_STATEMENT(complete_job, COMPLETE_JOB("has_dependents"),
@@ -41,7 +45,7 @@ JOBCAP_STATEMENT(complete_job_0_2, COMPLETE_JOB("NULL::boolean"),
 JOBCAP_STATEMENT(
     complete_job_0_1,
     "UPDATE jobcap.jobs SET state = 'succeeded', finished_at = $3, lease_expires_at = NULL"
-    " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+    " WHERE job_id = $1 AND (fence = $2 AND state = 'running') IS TRUE"
     "   AND " JOBCAP_MAY_WORK("$4", "jobs.queue") " RETURNING state",
     {INT8OID, INT8OID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
@@ -61,7 +65,7 @@ JOBCAP_STATEMENT(
     " THEN $5 END,"                                                                                \
     "       lease_expires_at = NULL"                                                               \
     "  FROM jobcap.queues q"                                                                       \
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"          \
+    " WHERE j.job_id = $1 AND (j.fence = $2 AND j.state = 'running') IS TRUE AND q.queue = j.queue"          \
     "   AND " JOBCAP_MAY_WORK("$6", "j.queue")                                                     \
     " RETURNING j.job_id, j.queue, j.attempts, j.fence, j.worker, j.state),"                       \
     JOBCAP_HISTORY_CTES("failed", KIND, "$3", "$5")                                                \
@@ -96,7 +100,7 @@ JOBCAP_STATEMENT(time_out_job, FAIL_THE_ATTEMPT("'timed_out'", JOBCAP_CAP),
 JOBCAP_STATEMENT(release_job,
     "WITH released AS (UPDATE jobcap.jobs j SET state = 'pending', attempts = j.attempts - 1,"
     "       lease_expires_at = NULL"
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND j.attempts > 0"
+    " WHERE j.job_id = $1 AND (j.fence = $2 AND j.state = 'running') IS TRUE AND j.attempts > 0"
     "   AND " JOBCAP_MAY_WORK("$4", "j.queue")
     " RETURNING j.job_id, j.queue, j.attempts + 1 AS attempts, j.fence, j.worker, j.state),"
     JOBCAP_HISTORY_CTES("released", "'released'", "NULL", "$3")
@@ -161,17 +165,18 @@ JOBCAP_STATEMENT(complete_jobs_0_1, "WITH input AS (SELECT * FROM unnest($1::big
 JOBCAP_STATEMENT(heartbeat,
                  "UPDATE jobcap.jobs SET lease_expires_at ="
                  "   greatest(lease_expires_at, $4 + coalesce($3, lease))"
-                 " WHERE job_id = $1 AND fence = $2 AND state = 'running'"
+                 " WHERE job_id = $1 AND (fence = $2 AND state = 'running') IS TRUE"
                  "   AND " JOBCAP_MAY_WORK("$5", "jobs.queue") " RETURNING lease_expires_at",
                  {INT8OID, INT8OID, INTERVALOID, TIMESTAMPTZOID, OIDOID}, PlanKind::generic);
 
 // The row lock is held to the end of the caller's transaction: the reaper skips locked rows,
 // and any other settle waits, so effects committed with this transaction committed under a
 // current lease.
-JOBCAP_STATEMENT(assert_fence,
-                 "SELECT FROM jobcap.jobs WHERE job_id = $1 AND fence = $2 AND state = 'running'"
-                 "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
-                 {INT8OID, INT8OID, OIDOID}, PlanKind::generic);
+JOBCAP_STATEMENT(
+    assert_fence,
+    "SELECT FROM jobcap.jobs WHERE job_id = $1 AND (fence = $2 AND state = 'running') IS TRUE"
+    "   AND " JOBCAP_MAY_WORK("$3", "jobs.queue") " FOR NO KEY UPDATE",
+    {INT8OID, INT8OID, OIDOID}, PlanKind::generic);
 
 }  // namespace statements
 

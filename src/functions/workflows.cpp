@@ -32,7 +32,7 @@ JOBCAP_STATEMENT(
     "       finished_at = CASE WHEN " ALIVE " THEN NULL ELSE $4 END,"
     "       lease_expires_at = NULL"
     "  FROM jobcap.queues q"
-    " WHERE j.job_id = $1 AND j.fence = $2 AND j.state = 'running' AND q.queue = j.queue"
+    " WHERE j.job_id = $1 AND (j.fence = $2 AND j.state = 'running') IS TRUE AND q.queue = j.queue"
     "   AND " JOBCAP_MAY_WORK("$5", "j.queue")
     " RETURNING j.job_id, j.queue, j.attempts + (j.snoozes <= q.max_snoozes)::int AS attempts,"
     "   j.fence, j.worker, j.state, j.snoozes, q.max_snoozes, j.snoozes <= q.max_snoozes AS free),"
