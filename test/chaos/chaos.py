@@ -139,7 +139,7 @@ class CitusCluster(Cluster):
     run's directory. The workers connect to the coordinator; restart_immediate() restarts the
     worker node that holds the chaos queue's shard, where its jobs are."""
 
-    PORTS = (55491, 55492, 55493)
+    PORTS = (25491, 25492, 25493)  # below the ephemeral ports (test/citus/cluster.sh)
 
     def __init__(self, bindir: str, workdir: str):
         super().__init__(bindir, workdir)

@@ -9,7 +9,10 @@
 set -euo pipefail
 bindir=$1
 dir=$2
-ports=(55471 55472 55473)
+# Below the kernel's ephemeral range (32768-60999 by default): a port in it can be the local end of
+# any outgoing connection meanwhile (Citus's nodes open many to each other), and a server
+# started on it then fails with "Address already in use" (the restore node did, on 55474).
+ports=(25471 25472 25473)
 export PATH="$bindir:$PATH"
 export PGHOST=/tmp PGDATABASE=postgres
 
@@ -333,7 +336,7 @@ expect "a refused drop_queue dropped nothing" "1" "$(q $c "SELECT count(*) FROM 
 # The way back to one server (docs/scaling.md, "Going back to one server"): the rows read through
 # the coordinator, copied into a fresh install on a plain node, the sequences set past what was
 # handed out; the queues then work there, with their jobs' states, attempts and caps as they were.
-b=55474
+b=25474
 rm -rf "$dir/back"
 initdb -D "$dir/back" -A trust >/dev/null
 printf '%s\n' "port = $b" "listen_addresses = 'localhost'" "unix_socket_directories = '/tmp'" \

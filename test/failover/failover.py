@@ -498,7 +498,7 @@ def main() -> int:
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--kill-at", type=float, default=0.3,
                    help="when the primary is killed, as a share of --enqueue-seconds")
-    p.add_argument("--port", type=int, default=56040,
+    p.add_argument("--port", type=int, default=26040,
                    help="the monitor's port; the nodes take the next two")
     p.add_argument("--plant", choices=("lost-completion", "fence-twice"),
                    help="plant a fault after the run: the audit must fail")
