@@ -155,11 +155,19 @@ is($node->safe_psql('postgres', q{
 	'9 10', 'X took the 9 left, and no window of the period holds more than 10 by claimed_at');
 $holder->quit;
 
-# The edge.
+# The edge. The low edges' bounds (40 running) lie within the entries of jobs_running a claim
+# counts before it reads their rows (src/direct/claim.cpp's kEntriesFirst, 64): there the count
+# of entries alone lets claims share the turn.
 my $limit = 100 + 16 * 32;
+my $low = 40 + 16 * 32;
 $node->safe_psql('postgres', qq{
 	SELECT jobcap.create_queue('edge', max_running => $limit);
 	SELECT jobcap.enqueue_jobs('edge', array_fill('{}'::jsonb, ARRAY[3000]));
+	SELECT jobcap.create_queue('edge_low', max_running => $low);
+	SELECT jobcap.enqueue_jobs('edge_low', array_fill('{}'::jsonb, ARRAY[3000]));
+	SELECT jobcap.create_queue('edge_low_key', max_running_per_key => $low);
+	SELECT jobcap.enqueue_jobs('edge_low_key', array_fill('{}'::jsonb, ARRAY[3000]),
+	                           concurrency_keys => array_fill('k'::text, ARRAY[3000]));
 	SELECT jobcap.create_queue('edge_key', max_running_per_key => $limit);
 	SELECT jobcap.enqueue_jobs('edge_key', array_fill('{}'::jsonb, ARRAY[3000]),
 	                           concurrency_keys => array_fill('k'::text, ARRAY[3000]));
@@ -178,6 +186,8 @@ my %clients = (edge_rate => 16);
 my %want = (
 	edge => "$limit $limit 1",
 	edge_key => "$limit $limit 1",
+	edge_low => "$low $low 1",
+	edge_low_key => "$low $low 1",
 	edge_rate => "$limit $limit 1",
 	edge_both => "2000 $limit 1");
 for my $queue (sort keys %want)
