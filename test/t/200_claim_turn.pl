@@ -155,6 +155,40 @@ is($node->safe_psql('postgres', q{
 	'9 10', 'X took the 9 left, and no window of the period holds more than 10 by claimed_at');
 $holder->quit;
 
+# The count at its bound, one claim at a time (max_running 552: shared while at most 40 run). The
+# claim counts jobs_running's entries first and reads their rows only past 64 entries or past
+# the bound (src/direct/claim.cpp): at 40 running it shares without reading a row; at 41 it takes
+# the turn exclusive; with 30 running beside 11 completed jobs' entries (over 40) it reads the
+# rows, finds 30 and shares.
+$node->safe_psql('postgres', q{
+	SELECT jobcap.create_queue('bound', max_running => 552);
+	SELECT jobcap.enqueue_jobs('bound', array_fill('{}'::jsonb, ARRAY[100]));
+});
+my $prober = $node->background_psql('postgres');
+my $prober_pid = $prober->query_safe('SELECT pg_backend_pid()');
+# A claim of one job in a transaction rolled back: its turn locks and how many rows of jobcap.jobs
+# it read through jobs_running.
+sub probe_bound
+{
+	$prober->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('bound', 'p', 1)});
+	my $locks = turn_locks($prober_pid);
+	my $rows = $prober->query_safe(
+		q{SELECT pg_stat_get_xact_tuples_fetched('jobcap.jobs_running'::regclass) > 0});
+	$prober->query_safe('ROLLBACK');
+	return "$locks " . ($rows eq 't' ? 'rows read' : 'no row read');
+}
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('bound', 'f', 40)});
+is(probe_bound(), 'ShareLock/5,ExclusiveLock/6 no row read', '40 running: shared, by the entries alone');
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('bound', 'f', 1)});
+is(probe_bound(), 'ExclusiveLock/5 rows read', '41 running: exclusive');
+$node->safe_psql('postgres', q{
+	SELECT count(jobcap.complete_job(job_id, fence))
+	  FROM (SELECT job_id, fence FROM jobcap.jobs WHERE queue = 'bound' AND state = 'running'
+	         ORDER BY job_id LIMIT 11) s});
+is(probe_bound(), 'ShareLock/5,ExclusiveLock/6 rows read',
+	'30 running beside 11 completed jobs\' entries: the rows read, shared');
+$prober->quit;
+
 # The edge. The low edges' bounds (40 running) lie within the entries of jobs_running a claim
 # counts before it reads their rows (src/direct/claim.cpp's kEntriesFirst, 64): there the count
 # of entries alone lets claims share the turn.
