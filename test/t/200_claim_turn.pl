@@ -313,4 +313,18 @@ is($node->safe_psql('postgres', q{
 		SELECT jobcap_checked FROM (SELECT bt_index_check('jobcap.queue_rates_by_counts', true)) c(jobcap_checked)}),
 	'', 'the index created meanwhile holds its row');
 
+# jobs_running as 0.2.0 built it (on job_id alone, every queue's running jobs: a database not yet
+# updated, served by this library): the count's entries are every queue's, thousands here, so it
+# reads the rows and counts the queue's own, 30, and shares; at 41 exclusive.
+$node->safe_psql('postgres', q{
+	DROP INDEX jobcap.jobs_running;
+	CREATE INDEX jobs_running ON jobcap.jobs (job_id) WHERE state OPERATOR(pg_catalog.=) 'running';
+});
+$prober = $node->background_psql('postgres');
+$prober_pid = $prober->query_safe('SELECT pg_backend_pid()');
+is(probe_bound(), 'ShareLock/5,ExclusiveLock/6 rows read', '0.2.0\'s jobs_running, 30 running: shared');
+$node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('bound', 'f', 11)});
+is(probe_bound(), 'ExclusiveLock/5 rows read', '0.2.0\'s jobs_running, 41 running: exclusive');
+$prober->quit;
+
 done_testing();
