@@ -34,11 +34,10 @@ bool running_at_most(Op& op, Datum queue, int64 limit)
     }
     IndexScanDesc scan = jobcap_index_beginscan(op.rel, index, op.snapshot, nkeys, 0);
     index_rescan(scan, &key, nkeys, nullptr, 0);
-    int64 entries = 0;
-    while (entries <= limit && entries <= kEntriesFirst &&
-           index_getnext_tid(scan, ForwardScanDirection) != nullptr)
+    int64 entries = 0, enough = Min(limit, kEntriesFirst);
+    while (entries <= enough && index_getnext_tid(scan, ForwardScanDirection) != nullptr)
         ++entries;
-    if (entries <= limit && entries <= kEntriesFirst) {
+    if (entries <= enough) {
         index_endscan(scan);
         return true;
     }
