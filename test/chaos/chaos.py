@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -215,16 +216,72 @@ class Db:
         self.conninfo = conninfo
         self.app = app
         self.conn = None
+        self.options = ""  # server settings of every (re)connection, as libpq's options
 
     def get(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed or self.conn.broken:
-            self.conn = psycopg.connect(self.conninfo, autocommit=True,
+            self.conn = psycopg.connect(self.conninfo, autocommit=True, options=self.options,
                                         application_name=self.app, connect_timeout=5)
         return self.conn
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+
+
+# What a stalled harness loop reports of each node: its sessions that are not idle, with what
+# they wait on and whom they wait for.
+ACTIVITY = """
+SELECT pid, coalesce(nullif(application_name, ''), backend_type), state,
+       wait_event_type || ':' || wait_event, pg_blocking_pids(pid),
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 120)
+  FROM pg_stat_activity
+ WHERE pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'
+   AND (datname = current_database() OR datname IS NULL AND backend_type LIKE 'jobcap%')
+ ORDER BY pid
+"""
+
+
+class Watchdog(threading.Thread):
+    """The harness loop alone thaws frozen workers and restarts dead ones, so a stall of its
+    own starves the run and the audit then fails far from the cause. After `after` seconds
+    without a beat, the watchdog logs (once per stall) where the loop stands and what every
+    node's sessions wait on."""
+
+    def __init__(self, conninfos: list, after: float = 8.0):
+        super().__init__(name="watchdog", daemon=True)
+        self.conninfos = conninfos
+        self.after = after
+        self.beat_at = time.monotonic()
+        self.done = threading.Event()
+        self.main = threading.main_thread().ident
+
+    def beat(self) -> None:
+        self.beat_at = time.monotonic()
+
+    def run(self) -> None:
+        reported = None
+        while not self.done.wait(1.0):
+            beat = self.beat_at
+            if time.monotonic() - beat < self.after or reported == beat:
+                continue
+            reported = beat
+            frame = sys._current_frames().get(self.main)
+            # The harness's own frames (which call), then the innermost (what it waits in).
+            stack = traceback.extract_stack(frame) if frame else []
+            ours = [f for f in stack if f.filename == __file__][-2:] + stack[-1:]
+            where = "".join(traceback.format_list(ours)).rstrip() or "?"
+            lines = [f"watchdog: the harness loop has not turned for "
+                     f"{time.monotonic() - beat:.0f}s; it stands at:", where]
+            for i, conninfo in enumerate(self.conninfos):
+                try:
+                    with psycopg.connect(conninfo, autocommit=True, connect_timeout=3,
+                                         options="-c statement_timeout=3s") as conn:
+                        rows = conn.execute(ACTIVITY).fetchall()
+                    lines += [f"  node {i}: " + " | ".join(map(str, row)) for row in rows]
+                except psycopg.Error as error:
+                    lines.append(f"  node {i}: {str(error).strip()}")
+            log("\n".join(lines))
 
 
 # --- the reaper loop (--reaper loop: the no-preload path) ------------------------------------------
@@ -248,6 +305,16 @@ class ReaperLoop(threading.Thread):
 
 
 # --- the workers --------------------------------------------------------------------------------
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return True  # gone, or no procfs: nothing to wait for
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
 
 class Fleet:
     def __init__(self, cluster: Cluster, args, logfile):
@@ -345,8 +412,14 @@ class Fleet:
         """SIGTERM to each worker; each must finish what it holds and exit 0."""
         for slot in list(self.stopped):
             self.thaw(slot)
-        # A worker that has just started may not have its SIGTERM handler yet.
-        while any(time.monotonic() - self.started[s] < 1.5 for s in self.alive()):
+        # A worker that has just started may not have its SIGTERM handler yet: wait until each
+        # Python worker has one, as the kernel shows it (up to 20 s: a loaded machine starts
+        # Python slowly), and each worker has lived 1.5 s (Node catches SIGTERM from its start,
+        # to restore the terminal, so for Node the kernel cannot tell).
+        end = time.monotonic() + 20
+        while time.monotonic() < end and any(
+                time.monotonic() - self.started[s] < 1.5 or not catches_sigterm(self.procs[s].pid)
+                for s in self.alive()):
             time.sleep(0.1)
         for slot in self.alive():
             self.procs[slot].send_signal(signal.SIGTERM)
@@ -648,6 +721,16 @@ def run(args) -> int:
 
         fleet = Fleet(cluster, args, worker_log)
         fleet.start_all()
+        # No statement of the loop may wait long: a frozen worker can hold a job's row lock
+        # (inside its transaction, after complete_job or assert_fence) that an enqueue naming
+        # the job in depends_on waits for, and only this loop thaws the worker. A statement
+        # cancelled by the timeout is retried as after a restart (QueryCanceled is an
+        # OperationalError).
+        db.options = "-c statement_timeout=5s"
+        db.close()
+        watchdog = Watchdog([cluster.node_conninfo(i) for i in range(3)] if args.citus
+                            else [cluster.conninfo])
+        watchdog.start()
         t0 = time.monotonic()
         E = args.enqueue_seconds
         deadline = t0 + args.max_seconds
@@ -668,6 +751,7 @@ def run(args) -> int:
         finished = False
         while time.monotonic() < deadline:
             now = time.monotonic()
+            watchdog.beat()
             # Enqueue on schedule: batch b is due at t0 + E * b / len(batches).
             try:
                 while next_batch < len(batches) and now >= t0 + E * next_batch / len(batches):
@@ -721,6 +805,8 @@ def run(args) -> int:
                                " (pg_ctl -m immediate)")
                 cluster.restart_immediate()
                 restarts += 1
+                progress.event(f"[{time.monotonic() - t0:6.1f}s] back after "
+                               f"{time.monotonic() - now:.1f}s")
                 db.close()
             fleet.tend(restarting=True)
             # Progress, and the end.
@@ -747,6 +833,9 @@ def run(args) -> int:
                     break
             time.sleep(0.05)
         progress.end()
+        watchdog.done.set()
+        db.options = ""  # the audit's statements take what they take
+        db.close()
         elapsed = time.monotonic() - t0
         if not finished:
             log(f"time bound of {args.max_seconds:g}s reached before every job was settled")
