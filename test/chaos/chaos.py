@@ -220,8 +220,9 @@ class Db:
 
     def get(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed or self.conn.broken:
-            self.conn = psycopg.connect(self.conninfo, autocommit=True, options=self.options,
-                                        application_name=self.app, connect_timeout=5)
+            extra = {"options": self.options} if self.options else {}  # else PGOPTIONS holds
+            self.conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self.app,
+                                        connect_timeout=5, **extra)
         return self.conn
 
     def close(self) -> None:
@@ -240,6 +241,10 @@ SELECT pid, coalesce(nullif(application_name, ''), backend_type), state,
    AND (datname = current_database() OR datname IS NULL AND backend_type LIKE 'jobcap%')
  ORDER BY pid
 """
+
+
+# and its prepared transactions, which hold their locks with no session (pg_blocking_pids shows 0).
+PREPARED = "SELECT 'prepared', gid, prepared, owner FROM pg_prepared_xacts ORDER BY prepared"
 
 
 class Watchdog(threading.Thread):
@@ -278,6 +283,7 @@ class Watchdog(threading.Thread):
                     with psycopg.connect(conninfo, autocommit=True, connect_timeout=3,
                                          options="-c statement_timeout=3s") as conn:
                         rows = conn.execute(ACTIVITY).fetchall()
+                        rows += conn.execute(PREPARED).fetchall()
                     lines += [f"  node {i}: " + " | ".join(map(str, row)) for row in rows]
                 except psycopg.Error as error:
                     lines.append(f"  node {i}: {str(error).strip()}")
@@ -763,9 +769,14 @@ def run(args) -> int:
                             db.get().execute(ENQUEUE, (Jsonb(enqueue_rows(batch)),))
                     enqueued += len(batch)
                     next_batch += 1
+            except psycopg.errors.QueryCanceled:
+                progress.event(f"[{time.monotonic() - t0:6.1f}s] an enqueue waited past 5s:"
+                               " cancelled, its batch retried")
+                db.close()
             except psycopg.OperationalError:
                 db.close()  # the server is restarting; this batch is retried (if it committed
                 #             and we could not tell, its jobs are recorded all the same)
+            now = time.monotonic()  # the enqueue may have waited: thaws are timed from here
             # Chaos.
             if now >= next_kill and now < kills_until:
                 fleet.kill_random(rng)
@@ -803,10 +814,11 @@ def run(args) -> int:
                 progress.event(f"[{now - t0:6.1f}s] restarting "
                                f"{'the worker node holding the shard' if args.citus else 'the server'}"
                                " (pg_ctl -m immediate)")
+                began = time.monotonic()
                 cluster.restart_immediate()
                 restarts += 1
                 progress.event(f"[{time.monotonic() - t0:6.1f}s] back after "
-                               f"{time.monotonic() - now:.1f}s")
+                               f"{time.monotonic() - began:.1f}s")
                 db.close()
             fleet.tend(restarting=True)
             # Progress, and the end.
@@ -834,6 +846,7 @@ def run(args) -> int:
             time.sleep(0.05)
         progress.end()
         watchdog.done.set()
+        watchdog.join(10)
         db.options = ""  # the audit's statements take what they take
         db.close()
         elapsed = time.monotonic() - t0
