@@ -243,7 +243,7 @@ SELECT pid, coalesce(nullif(application_name, ''), backend_type), state,
 """
 
 
-# and its prepared transactions, which hold their locks with no session (pg_blocking_pids shows 0).
+# A node's prepared transactions: they hold their locks with no session (pg_blocking_pids shows 0).
 PREPARED = "SELECT 'prepared', gid, prepared, owner FROM pg_prepared_xacts ORDER BY prepared"
 
 
@@ -338,6 +338,7 @@ class Fleet:
         self.self_kills = 0             # SIGKILLs the harness did not send: killer jobs
         self.crashes = []               # unexpected exits
         self.stopped: set = set()       # slots under SIGSTOP
+        self.thawed: dict = {}          # slot -> monotonic time of its SIGCONT
         self.killed_by_us: set = set()  # pids
         self.env = dict(os.environ, CHAOS_LEASE=str(args.lease), CHAOS_TIMEOUT=str(args.timeout),
                         CHAOS_BATCH=str(args.batch), CHAOS_CONCURRENCY=str(args.concurrency))
@@ -386,16 +387,24 @@ class Fleet:
             self.stopped.discard(slot)
             self.restart_at[slot] = now + random.uniform(0.2, 0.6)
 
-    def kill_random(self, rng: random.Random) -> None:
+    def kill_random(self, rng: random.Random):
+        """SIGKILLs a worker, not one frozen or thawed less than a lease ago: a thawed worker's
+        first calls are the stale ones the freeze is for. Returns its name, or None."""
+        now = time.monotonic()
         candidates = [s for s in self.alive() if s not in self.stopped
-                      and time.monotonic() - self.started[s] > 1.0]
+                      and now - self.started[s] > 1.0
+                      and now - self.thawed.get(s, -1e9) > self.args.lease]
         if not candidates:
-            return
+            return None
         slot = rng.choice(candidates)
         proc = self.procs[slot]
         self.killed_by_us.add(proc.pid)
         proc.send_signal(signal.SIGKILL)
+        # Reaped now, so that it no longer counts as alive: the freeze that may follow in the
+        # same turn must not pick it (its leases still look held).
+        proc.wait(5)
         self.harness_kills += 1
+        return self.names[slot]
 
     def freeze(self, lang: str, rng: random.Random, holding: set):
         """SIGSTOPs a worker of `lang`, one that holds a lease (`holding`: worker names) if any."""
@@ -413,6 +422,7 @@ class Fleet:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
         self.stopped.discard(slot)
+        self.thawed[slot] = time.monotonic()
 
     def stop_all(self, grace: float = 15.0) -> None:
         """SIGTERM to each worker; each must finish what it holds and exit 0."""
@@ -779,7 +789,9 @@ def run(args) -> int:
             now = time.monotonic()  # the enqueue may have waited: thaws are timed from here
             # Chaos.
             if now >= next_kill and now < kills_until:
-                fleet.kill_random(rng)
+                killed = fleet.kill_random(rng)
+                if killed:
+                    progress.event(f"[{now - t0:6.1f}s] SIGKILL {killed}")
                 next_kill = now + rng.uniform(args.kill_every * 0.5, args.kill_every * 1.5)
             # A freeze waits (up to 5 s) for a worker that holds a lease: one frozen while idle
             # exercises nothing.
@@ -808,6 +820,7 @@ def run(args) -> int:
             for when, slot in list(thaws):
                 if now >= when:
                     fleet.thaw(slot)
+                    progress.event(f"[{now - t0:6.1f}s] SIGCONT {fleet.names[slot]}")
                     thaws.remove((when, slot))
             if restart_at is not None and now >= restart_at:
                 restart_at = None
