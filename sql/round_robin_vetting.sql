@@ -31,8 +31,9 @@ CREATE INDEX jobs_keys ON jobcap.jobs
 -- 2. A publication on jobcap.queue_turns whose row filter (or column list) does not cover the
 -- replica identity: an UPDATE of the table is refused (42P10), an INSERT is not. The SQL path's
 -- turn write is INSERT ... ON CONFLICT DO UPDATE, which the executor checks as an UPDATE even when
--- no row conflicts: the first claim of a queue with no turn row is refused, on the direct path
--- too (write_plainly checks every write as an UPDATE).
+-- no row conflicts: the first claim of a queue with no turn row is refused (on both paths: a
+-- queue with no turn goes to the SQL path), and so is every claim once the queue has its turn,
+-- on the direct path too (write_plainly checks every write as an UPDATE).
 \set VERBOSITY sqlstate
 SET client_min_messages = warning;
 CREATE PUBLICATION turns_pub FOR TABLE jobcap.queue_turns WHERE (last_key <> 'zzz');
@@ -41,6 +42,12 @@ SELECT jobcap.create_queue('rrpub', fairness => 'round_robin');
 SELECT count(*) FROM (SELECT jobcap.enqueue_job('rrpub', jsonb_build_object('k', k), concurrency_key => k)
                         FROM unnest(ARRAY['a', 'b', 'c']) k) e;
 SELECT payload->>'k' AS k FROM jobcap.claim_job('rrpub', 'w');
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rrpub';
+DROP PUBLICATION turns_pub;
+SELECT payload->>'k' AS k FROM jobcap.claim_job('rrpub', 'w');
+SET client_min_messages = warning;
+CREATE PUBLICATION turns_pub FOR TABLE jobcap.queue_turns WHERE (last_key <> 'zzz');
+RESET client_min_messages;
 SELECT payload->>'k' AS k FROM jobcap.claim_job('rrpub', 'w');
 SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rrpub';
 SELECT count(*) FROM jobcap.jobs WHERE queue = 'rrpub' AND state = 'running';

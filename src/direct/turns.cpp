@@ -260,7 +260,10 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
     bool turn_found = false;
     ItemPointerData turn_tid;
     ItemPointerSetInvalid(&turn_tid);
-    if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid))
+    // A queue with no turn yet (its first claim, or its row deleted by hand) goes to the SQL
+    // path: its upsert waits for a turn inserted meanwhile by hand and writes over it, where an
+    // insert of ours would raise 23505.
+    if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid) || !turn_found)
         return -1;
 
     Claimable eligible = claimable(call, *q, now);
