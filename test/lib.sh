@@ -67,22 +67,29 @@ pg_dirs_known() {
     done
 }
 
-# A private copy of the PostgreSQL installation with jobcap installed into it, as PostgreSQL's
-# own "make check" does: binaries are hard links (PostgreSQL finds its lib and share
-# directories relative to its own executable), everything else symbolic links. Nothing is
-# installed system-wide, and two checkouts never share an installed jobcap.so.
+# pg_private_copy DEST BINDIR LIBDIR SHAREDIR: a private copy of a PostgreSQL installation under
+# DEST (emptied first), as PostgreSQL's own "make check" makes one: binaries are hard links (or
+# copies across file systems: PostgreSQL finds its lib and share directories relative to its own
+# executable), everything else symbolic links, so that an extension installed into it with
+# DESTDIR=DEST is found and nothing is installed system-wide.
+pg_private_copy() {
+    local dest=$1 bindir=$2 libdir=$3 sharedir=$4
+    pg_dirs_known "$bindir" "$libdir" "$sharedir"
+    rm -rf "$dest"
+    mkdir -p "$dest$bindir" "$dest$libdir" "$dest$sharedir"
+    cp -al "$bindir/." "$dest$bindir/" 2>/dev/null || cp -a "$bindir/." "$dest$bindir/"
+    cp -as "$libdir/." "$dest$libdir/"
+    cp -as "$sharedir/." "$dest$sharedir/"
+}
+
+# The private copy (pg_private_copy) with jobcap installed into it: two checkouts never share
+# an installed jobcap.so.
 jobcap_tmp_install() {
     local bindir sharedir libdir dest
     bindir=$($PG_CONFIG --bindir); sharedir=$($PG_CONFIG --sharedir); libdir=$($PG_CONFIG --pkglibdir)
     pg_dirs_known "$bindir" "$libdir" "$sharedir"
     dest=$BUILD/tmp_install
-    if [ ! -x "$dest$bindir/postgres" ]; then
-        rm -rf "$dest"
-        mkdir -p "$dest$bindir" "$dest$libdir" "$dest$sharedir"
-        cp -al "$bindir/." "$dest$bindir/" 2>/dev/null || cp -a "$bindir/." "$dest$bindir/"
-        cp -as "$libdir/." "$dest$libdir/"
-        cp -as "$sharedir/." "$dest$sharedir/"
-    fi
+    [ -x "$dest$bindir/postgres" ] || pg_private_copy "$dest" "$bindir" "$libdir" "$sharedir"
     make -C "$JOBCAP_ROOT" -s install DESTDIR="$dest" PG_CONFIG="$PG_CONFIG" >/dev/null
     TMP_BINDIR=$dest$bindir
     export PATH="$TMP_BINDIR:$PATH"
@@ -149,13 +156,7 @@ jobcap_sanitized_install() {
         echo "$flags" > "$src/.sanitize"
     fi
     make -C "$src" -s SANITIZE="$flags" PG_CONFIG="$pgc" >/dev/null
-    if [ ! -x "$dest$bindir/postgres" ]; then
-        rm -rf "$dest"
-        mkdir -p "$dest$bindir" "$dest$libdir" "$dest$sharedir"
-        cp -al "$bindir/." "$dest$bindir/" 2>/dev/null || cp -a "$bindir/." "$dest$bindir/"
-        cp -as "$libdir/." "$dest$libdir/"
-        cp -as "$sharedir/." "$dest$sharedir/"
-    fi
+    [ -x "$dest$bindir/postgres" ] || pg_private_copy "$dest" "$bindir" "$libdir" "$sharedir"
     make -C "$src" -s install DESTDIR="$dest" SANITIZE="$flags" PG_CONFIG="$pgc" >/dev/null
     SAN_BINDIR=$dest$bindir
 }
