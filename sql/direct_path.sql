@@ -92,3 +92,21 @@ DROP SCHEMA direct_evil CASCADE;
 
 SELECT state, count(*) FROM jobcap.jobs WHERE queue = 'direct' GROUP BY 1 ORDER BY 1;
 SELECT jobcap.drop_queue('direct', force => true);
+
+-- A round-robin queue: a claim of keyless jobs writes no turn and stays on the direct path, even
+-- with no turn row (a queue without keys never has one); the claim that would write a queue's
+-- first turn goes to the SQL path (its upsert); with the turn row there, the direct path again.
+SELECT jobcap.create_queue('direct_rr', fairness => 'round_robin');
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('direct_rr') FROM generate_series(1, 2)) e;
+SET client_min_messages = debug2;
+SELECT count(*) AS keyless_claimed FROM jobcap.claim_job('direct_rr', 'w');
+RESET client_min_messages;
+SELECT count(*) AS turns FROM jobcap.queue_turns WHERE queue = 'direct_rr';
+SELECT count(*) FROM (SELECT jobcap.enqueue_job('direct_rr', concurrency_key => k)
+                        FROM unnest(ARRAY['a', 'b']) k) e;
+SET client_min_messages = debug2;
+SELECT concurrency_key FROM jobcap.claim_job('direct_rr', 'w') JOIN jobcap.jobs USING (job_id);
+SELECT concurrency_key FROM jobcap.claim_job('direct_rr', 'w') JOIN jobcap.jobs USING (job_id);
+RESET client_min_messages;
+SELECT last_key FROM jobcap.queue_turns WHERE queue = 'direct_rr';
+SELECT jobcap.drop_queue('direct_rr', force => true);

@@ -51,6 +51,11 @@ RESET client_min_messages;
 SELECT payload->>'k' AS k FROM jobcap.claim_job('rrpub', 'w');
 SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rrpub';
 SELECT count(*) FROM jobcap.jobs WHERE queue = 'rrpub' AND state = 'running';
+-- The statement's plan holds the upsert whatever it claims: a claim of keyless jobs only, which
+-- writes no turn, is refused too, on both paths.
+SELECT jobcap.create_queue('rrpub_keyless', fairness => 'round_robin');
+SELECT jobcap.enqueue_job('rrpub_keyless') > 0 AS enqueued;
+SELECT count(*) FROM jobcap.claim_job('rrpub_keyless', 'w');
 DROP PUBLICATION turns_pub;
 SET client_min_messages = warning;
 CREATE PUBLICATION turns_pub FOR TABLE jobcap.queue_turns (last_key);
@@ -59,6 +64,7 @@ SELECT payload->>'k' AS k FROM jobcap.claim_job('rrpub', 'w');
 SELECT last_key FROM jobcap.queue_turns WHERE queue = 'rrpub';
 DROP PUBLICATION turns_pub;
 SELECT jobcap.drop_queue('rrpub', force => true);
+SELECT jobcap.drop_queue('rrpub_keyless', force => true);
 
 -- 3. In a database whose collation is not C (ICU 'en': 'a' < 'B' < 'c' < 'D'), a DBA rebuilds
 -- jobs_keys with the built-in text_pattern_ops on concurrency_key (byte order: 'B' < 'D' < 'a' <

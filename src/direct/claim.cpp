@@ -249,6 +249,10 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
         remember_shared(queue, false);
         int n = claim_in_turn(op, access, call, &q, out);
         end(op);
+        if (n < 0)
+            elog(DEBUG2,
+                 "jobcap: the claim goes to the SQL path: the round-robin queue's "
+                 "settings changed, or its first turn is to be written");
         return n;
     } else if (turn < 0 && open && q.limited) {
         turn = take_shared_turn(op, queue, call.batch, &now, &q, charge);

@@ -59,8 +59,9 @@ bool read_turn(Op& op, Datum queue, Datum* last, bool* found, ItemPointerData* t
     return true;
 }
 
-// Writes the queue's turn: last_key = key, over the version read (found, at tid) or as a new row.
-void write_turn(Op& op, Datum queue, Datum key, bool found, ItemPointerData tid)
+// Writes the queue's turn: last_key = key, over the version read at tid (a queue with no turn
+// row yet leaves its first turn to the SQL path's upsert: claim_in_turn).
+void write_turn(Op& op, Datum queue, Datum key, ItemPointerData tid)
 {
     Relation turns = table_open(shape.turns, RowExclusiveLock);
     TupleTableSlot* row = table_slot_create(turns, nullptr);
@@ -74,7 +75,7 @@ void write_turn(Op& op, Datum queue, Datum key, bool found, ItemPointerData tid)
     row->tts_isnull[shape.turn_last_key - 1] = false;
     ExecStoreVirtualTuple(row);
     Datum pkey[1] = {queue};
-    write_plainly(op, turns, shape.turns_pkey, found, tid, row, pkey, 1);
+    write_plainly(op, turns, shape.turns_pkey, true, tid, row, pkey, 1);
     ExecDropSingleTupleTableSlot(row);
     table_close(turns, NoLock);
 }
@@ -256,19 +257,28 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
     TimestampTz now = GetCurrentTimestamp();
     if (!read_queue(op, queue, q) || q->paused || !may_work(access, queue, op.snapshot))
         return 0;
+    // The statement's plan holds the turn's upsert, which a publication on queue_turns that does
+    // not cover its replica identity refuses (42P10) whatever the claim takes: so does this.
+    Relation turns = table_open(shape.turns, RowExclusiveLock);
+    CheckCmdReplicaIdentity(turns, CMD_UPDATE);
+    table_close(turns, NoLock);
     Datum last = (Datum) 0;
     bool turn_found = false;
     ItemPointerData turn_tid;
     ItemPointerSetInvalid(&turn_tid);
-    // A queue with no turn yet (its first claim, or its row deleted by hand) goes to the SQL
-    // path: its upsert waits for a turn inserted meanwhile by hand and writes over it, where an
-    // insert of ours would raise 23505.
-    if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid) || !turn_found)
+    if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid))
         return -1;
 
     Claimable eligible = claimable(call, *q, now);
     Pick* picks = static_cast<Pick*>(palloc(sizeof(Pick) * call.batch));
     int n = pick_in_turn(op, queue, last, call.batch, eligible, picks);
+    // A queue with no turn row yet whose claim would write its first turn goes to the SQL path
+    // before anything is claimed: the statement's upsert waits for a turn row inserted by hand
+    // meanwhile and writes over it, where an insert of ours would raise 23505. A claim of
+    // keyless jobs writes no turn and stays here (a queue without keys never has a turn row).
+    for (int i = 0; !turn_found && i < n; ++i)
+        if (picks[i].key != (Datum) 0)
+            return -1;
     // Claimed in claim order (the order claim_job returns them in); the turn is the key of the
     // last pick in the statement's order that was claimed. A pick locked by another (SKIP
     // LOCKED) or no longer claimable is left, as the statement's cohort leaves it.
@@ -296,7 +306,7 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
             turn = Max(turn, static_cast<int>(order[i].row));
     }
     if (turn >= 0)
-        write_turn(op, queue, picks[turn].key, turn_found, turn_tid);
+        write_turn(op, queue, picks[turn].key, turn_tid);
     pfree(order);
     pfree(picks);
     return claimed;
