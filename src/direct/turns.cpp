@@ -257,17 +257,19 @@ int claim_in_turn(Op& op, const Access& access, const ClaimCall& call, QueueRow*
     TimestampTz now = GetCurrentTimestamp();
     if (!read_queue(op, queue, q) || q->paused || !may_work(access, queue, op.snapshot))
         return 0;
-    // The statement's plan holds the turn's upsert, which a publication on queue_turns that does
-    // not cover its replica identity refuses (42P10) whatever the claim takes: so does this.
-    Relation turns = table_open(shape.turns, RowExclusiveLock);
-    CheckCmdReplicaIdentity(turns, CMD_UPDATE);
-    table_close(turns, NoLock);
     Datum last = (Datum) 0;
     bool turn_found = false;
     ItemPointerData turn_tid;
     ItemPointerSetInvalid(&turn_tid);
     if (!q->turns_only || !read_turn(op, queue, &last, &turn_found, &turn_tid))
         return -1;
+    // The statement's plan holds the turn's upsert, which a publication on queue_turns that does
+    // not cover its replica identity refuses (42P10) whatever the claim takes: so does this. Not
+    // before the queue is known to be round-robin only: a queue changed meanwhile may take
+    // another statement, without the upsert.
+    Relation turns = table_open(shape.turns, RowExclusiveLock);
+    CheckCmdReplicaIdentity(turns, CMD_UPDATE);
+    table_close(turns, NoLock);
 
     Claimable eligible = claimable(call, *q, now);
     Pick* picks = static_cast<Pick*>(palloc(sizeof(Pick) * call.batch));
