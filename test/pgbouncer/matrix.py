@@ -70,6 +70,12 @@ EXPECTED = {
     ("django-q", "statement"): "refused",
 }
 REFUSAL = re.compile(r"pool_mode = transaction")
+# Celery's prefork pool, terminating at the worker's warm shutdown, drains each child's inqueue
+# and raises EOFError on one at end of file (celery 5.2's asynpool _help_stuff_finish, seen once
+# in a cell whose pool child had been SIGKILLed); multiprocessing's finalizer prints it and the
+# worker still exits 0. It is the pool's, not the broker's: left out of the log's scan, and said.
+POOL_EOF = re.compile(r"Traceback \(most recent call last\):(?:(?!Traceback).)*?_help_stuff_finish"
+                      r"(?:(?!Traceback).)*?EOFError: Ran out of input", re.S)
 
 
 def log(msg: str) -> None:
@@ -298,8 +304,12 @@ class Run:
             if result["listened"]:
                 result["verdict"] = "FAILED"
                 result["why"] += " (it did not say it polls)"
+        scanned = text
+        if client == "celery" and POOL_EOF.search(text):
+            scanned = POOL_EOF.sub("", text)
+            result["why"] += " (celery's pool raised EOFError in _help_stuff_finish at shutdown)"
         for bad in ("prepared statement", "Traceback", "uncaught"):
-            if bad in text and result["verdict"] == "works":
+            if bad in scanned and result["verdict"] == "works":
                 result["verdict"] = "FAILED"
                 result["why"] += f" (its log has {bad!r})"
         return result
