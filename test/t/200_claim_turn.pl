@@ -283,8 +283,8 @@ ok($node->poll_query_until('postgres', qq{
 	SELECT n_tup_upd - n_tup_hot_upd > $before FROM pg_stat_user_tables
 	 WHERE relid = 'jobcap.queue_rates'::regclass}), 'its row\'s new version left the page');
 my %now = charges_by_slot();
-my @moved = grep { $now{$_} != ($charged{$_} // 0) } sort keys %now;
-is(join(',', map { $now{$_} - ($charged{$_} // 0) } @moved) . ' in all ' . sum(values %now),
+my @changed = grep { $now{$_} != ($charged{$_} // 0) } sort keys %now;
+is(join(',', map { $now{$_} - ($charged{$_} // 0) } @changed) . ' in all ' . sum(values %now),
 	'3 in all 6', 'its charge is counted, in its slot\'s row alone');
 is($node->safe_psql('postgres', q{
 		SELECT jobcap_checked FROM (SELECT bt_index_parent_check('jobcap.queue_rates_pkey', true)) c(jobcap_checked)}),
