@@ -3,6 +3,7 @@
 #include "flow.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace jobcap::core {
@@ -107,6 +108,58 @@ void rate_charge(RateWindow& w, std::int32_t n) noexcept
         return;
     std::int32_t& c = w.counts[ring_index(w.newest)];
     c = c > kMaxRateLimit - n ? kMaxRateLimit : c + n;
+}
+
+bool rate_allowance_covers(const RateAllowance& a, std::int64_t slot_us, std::int64_t now_us,
+                           std::int32_t n) noexcept
+{
+    return a.usable && n > 0 && a.left >= n && slot_us >= 1 && a.slot_us == slot_us &&
+           floor_div(now_us, slot_us) == a.slot;
+}
+
+std::int32_t rate_charge_ahead(const RateAllowance& a, std::int64_t slot_us, std::int64_t now_us,
+                               std::int32_t claimed, std::int32_t most) noexcept
+{
+    if (slot_us < 1 || claimed >= most || a.slot_us != slot_us)
+        return claimed;
+    std::int64_t slot = floor_div(now_us, slot_us);
+    std::int32_t before = a.use_slot == slot ? a.used_before : a.use_slot == slot - 1 ? a.used : 0;
+    std::int32_t so_far = a.use_slot == slot ? a.used : 0;
+    // The pace of the previous slot, or of this one so far once it has a few claims (a backend
+    // that just started claiming), over what is left of this slot.
+    double elapsed = static_cast<double>(now_us - slot * slot_us) + 1;
+    double left = static_cast<double>(slot_us) - elapsed + 1;
+    double pace = static_cast<double>(before) / static_cast<double>(slot_us);
+    if (so_far >= kRatePaceClaims)
+        pace = std::max(pace, so_far / elapsed);
+    double expected = std::ceil(pace * left);
+    if (expected >= most)
+        return most;
+    return std::max(claimed, static_cast<std::int32_t>(expected));
+}
+
+void rate_note_claims(RateAllowance& a, std::int64_t slot_us, std::int64_t now_us, std::int32_t n,
+                      bool covered, std::int32_t charged, std::int64_t charged_slot) noexcept
+{
+    std::int64_t slot = floor_div(now_us, slot_us < 1 ? 1 : slot_us);
+    if (a.slot_us != slot_us || slot > a.use_slot + 1) {
+        a.used = a.used_before = 0;
+    } else if (slot == a.use_slot + 1) {
+        a.used_before = a.used;
+        a.used = 0;
+    }
+    if (a.slot_us != slot_us || slot >= a.use_slot) {
+        a.use_slot = slot;
+        a.used += n;
+    }
+    a.slot_us = slot_us;
+    if (covered) {
+        a.left -= n;
+        return;
+    }
+    a.usable = false;  // what an earlier charge left is given up: this one replaces it
+    a.slot = charged_slot;
+    a.left = charged > n ? charged - n : 0;
 }
 
 }  // namespace jobcap::core

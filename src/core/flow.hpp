@@ -58,4 +58,40 @@ void rate_align(RateWindow* rows, int n, std::int64_t slot_us, std::int64_t now_
 // How many more claims the aligned rows admit under limit together.
 std::int32_t rate_room(const RateWindow* rows, int n, std::int32_t limit) noexcept;
 
+// A backend's charge ahead of its own claims of a queue far below its rate limit (the direct
+// path's shared claims, src/direct/rates.cpp): a claim that charges the window also charges it
+// for the claims this backend is expected to make in the rest of the slot (at the pace of its
+// previous slot, at most a shared claim's batch in all), and the claims that follow in the same
+// slot are made under that charge without reading or writing the window: they were counted
+// before they were made, in the slot they are made in. Claims charged and never made stay
+// counted (the window then admits fewer, never more); a backend that claimed nothing in the
+// previous slot and fewer than kRatePaceClaims in this one charges only what it claims.
+inline constexpr std::int32_t kRatePaceClaims = 8;
+
+struct RateAllowance {
+    std::int64_t slot_us = 0;      // the width the window was charged in
+    std::int64_t slot = 0;         // the slot charged: claims under it only while now is in it
+    std::int32_t left = 0;         // claims charged and not made
+    bool usable = false;           // the charge has committed
+    std::int64_t use_slot = 0;     // this backend's latest shared claim's slot
+    std::int32_t used = 0;         // its claims in use_slot
+    std::int32_t used_before = 0;  // and in the slot before it
+};
+
+// Whether n claims at now may be made under a's charge.
+bool rate_allowance_covers(const RateAllowance& a, std::int64_t slot_us, std::int64_t now_us,
+                           std::int32_t n) noexcept;
+
+// How many claims the charge of a claim that took claimed at now counts: claimed and what this
+// backend is expected to claim in the rest of now's slot, at most most: at the pace of its
+// previous slot, or of this one so far once it has made kRatePaceClaims claims in it.
+std::int32_t rate_charge_ahead(const RateAllowance& a, std::int64_t slot_us, std::int64_t now_us,
+                               std::int32_t claimed, std::int32_t most) noexcept;
+
+// Notes n claims made at now: from the allowance when covered, else under a charge of charged
+// claims made by this claim in slot charged_slot (left over: not usable until it commits).
+void rate_note_claims(RateAllowance& a, std::int64_t slot_us, std::int64_t now_us, std::int32_t n,
+                      bool covered, std::int32_t charged = 0,
+                      std::int64_t charged_slot = 0) noexcept;
+
 }  // namespace jobcap::core

@@ -83,6 +83,10 @@ bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q, int slot
         !running_at_most(op, queue, static_cast<int64>(q.run_cap) - kSharedClaimRoom))
         return false;
     if (q.rate_limit > 0) {
+        if (rate_allowance_covers(queue, q, now, batch)) {
+            charge->covered = true;
+            return true;
+        }
         if (read_rate_rows(op, queue, q, slot, now, charge) < kSharedClaimRoom)
             return false;
         charge->slot = slot;
@@ -119,6 +123,7 @@ int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz* now, QueueRow*
         return slot;
     *now = before;
     charge->slot = -1;
+    charge->covered = false;
     give_back_shared_claim_turn(queue, slot);
     return -1;
 }
@@ -223,6 +228,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     Datum queue = call.queue.datum;
     TimestampTz now = call.now;
     charge->slot = -1;
+    charge->covered = false;
     Op op;
     begin(op);
     // A queue claimed under a shared turn before: the turn, then a snapshot to read its row in.
@@ -240,6 +246,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     bool open = read_queue(op, queue, &q) && !q.paused && may_work(access, queue, op.snapshot);
     if (turn >= 0 && !(open && room_for_shared(op, queue, call.batch, q, turn, now, charge))) {
         charge->slot = -1;
+        charge->covered = false;
         give_back_shared_claim_turn(queue, turn);
         turn = -1;
         now = call.now;  // an open queue's claim: the call's time, as the SQL path's
@@ -298,8 +305,8 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     }
     index_endscan(scan);
     ExecDropSingleTupleTableSlot(seen);
-    if (charge->slot >= 0 && (claimed > 0 || charge->window.moved))
-        write_rate_row(op, queue, *charge, claimed);
+    if (charge->slot >= 0 || charge->covered)
+        settle_rate_charge(op, queue, q, now, *charge, claimed);
     end(op);
     return claimed;
 }

@@ -87,9 +87,11 @@ struct Claimed {
 
 // A claim of a rate-limited queue under the shared turn: the slot it claimed under and the
 // queue's window, the slot's own row to be charged with what it claimed (claim() writes it, in
-// the claim's transaction). slot -1: nothing charged.
+// the claim's transaction). slot -1: nothing charged. covered: the claim is made under this
+// backend's charge ahead (core::RateAllowance), neither reading nor writing the window.
 struct RateCharge {
     int slot;
+    bool covered;
     RateRows window;
     bool found;  // the own row exists, its version read at tid
     ItemPointerData tid;

@@ -3,11 +3,100 @@
 // writes while it holds the slot (spi/queue_lock.hpp). The charge is the SQL path's upsert
 // (spi/rates.cpp) without the executor: the version read updated, HOT when it fits, or a new
 // row inserted with its primary key entry.
+//
+// A backend that keeps claiming the queue charges its row ahead (core::RateAllowance) and
+// makes the claims that follow in the same slot under that charge, with no row read or
+// written. What makes the charge usable: it committed (a rolled-back charge is undone, so what
+// it allowed is given up with it), and the queue's row is the version it was charged under
+// (alter_queue folds the window and may lower the limit; drop_queue deletes the window; both
+// write the row). The charge is a shared claim's, at most kSharedClaimBatch, so the shared
+// turn's room (spi/queue_lock.hpp) bounds it as before.
 #include "direct/rows.hpp"
 
 #include "spi/queue_lock.hpp"
 
 namespace jobcap::direct {
+namespace {
+
+core::RateAllowance allowance;
+text* allowance_queue = nullptr;  // in TopMemoryContext
+ItemPointerData allowance_row;    // the queue's row's version charged under
+TransactionId allowance_xmin = InvalidTransactionId;
+bool allowance_pending = false;  // charged by the transaction in progress
+
+void at_transaction_end(XactEvent event, void*)
+{
+    if (!allowance_pending)
+        return;
+    if (event == XACT_EVENT_COMMIT) {
+        allowance.usable = allowance.left > 0;
+        allowance_pending = false;
+    } else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE) {
+        // Prepared: it commits only with COMMIT PREPARED, perhaps in another session.
+        allowance = core::RateAllowance{};
+        allowance_pending = false;
+    }
+}
+
+bool is_allowance_of(Datum queue, const QueueRow& q)
+{
+    return allowance_queue != nullptr &&
+           ItemPointerEquals(&allowance_row, const_cast<ItemPointer>(&q.tid)) &&
+           allowance_xmin == q.xmin &&
+           DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID, queue,
+                                                PointerGetDatum(allowance_queue)));
+}
+
+// This backend's allowance for queue's row q: a new one (nothing charged, no claims noted) for
+// another queue or another version of its row.
+core::RateAllowance& allowance_of(Datum queue, const QueueRow& q)
+{
+    static bool registered = false;
+    if (!registered) {
+        RegisterXactCallback(at_transaction_end, nullptr);
+        registered = true;
+    }
+    if (is_allowance_of(queue, q))
+        return allowance;
+    if (allowance_queue != nullptr)
+        pfree(allowance_queue);
+    Size size = VARSIZE_ANY(DatumGetPointer(queue));
+    allowance_queue = static_cast<text*>(MemoryContextAlloc(TopMemoryContext, size));
+    memcpy(allowance_queue, DatumGetPointer(queue), size);
+    allowance_row = q.tid;
+    allowance_xmin = q.xmin;
+    allowance = core::RateAllowance{};
+    return allowance;
+}
+
+// Writes charge's own row of queue's window charged with n claims.
+void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n);
+
+}  // namespace
+
+bool rate_allowance_covers(Datum queue, const QueueRow& q, TimestampTz now, int batch)
+{
+    return is_allowance_of(queue, q) &&
+           core::rate_allowance_covers(allowance, q.rate_slot_us, now, batch);
+}
+
+void settle_rate_charge(Op& op, Datum queue, const QueueRow& q, TimestampTz now, RateCharge& charge,
+                        int claimed)
+{
+    core::RateAllowance& a = allowance_of(queue, q);
+    if (charge.covered) {
+        core::rate_note_claims(a, q.rate_slot_us, now, claimed, true);
+        return;
+    }
+    int32 charged =
+        claimed > 0 ? core::rate_charge_ahead(a, q.rate_slot_us, now, claimed, kSharedClaimBatch)
+                    : 0;
+    if (charged > 0 || charge.window.moved)
+        write_rate_row(op, queue, charge, charged);
+    core::rate_note_claims(a, q.rate_slot_us, now, claimed, false, charged,
+                           charge.window.rows[charge.window.own].newest);
+    allowance_pending = a.left > 0;
+}
 
 int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, TimestampTz now,
                      RateCharge* charge)
@@ -37,6 +126,8 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
     rows.end();
     return rate_rows_room(charge->window, q.rate_slot_us, now, q.rate_limit);
 }
+
+namespace {
 
 void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
 {
@@ -70,5 +161,7 @@ void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n)
     ExecDropSingleTupleTableSlot(row);
     table_close(rates, NoLock);
 }
+
+}  // namespace
 
 }  // namespace jobcap::direct

@@ -332,6 +332,7 @@ bool read_queue(Op& op, Datum queue, QueueRow* row)
                 VARSIZE_ANY_EXHDR(t) == 11 && memcmp(VARDATA_ANY(t), "round_robin", 11) == 0;
         }
         row->tid = q->t_self;
+        row->xmin = HeapTupleHeaderGetRawXmin(q->t_data);
         row->limited = max_running || rated || keyed || fair;
         // A per-key limit of 0 is none (as the SQL path reads it); the queue's running jobs
         // bound each key's.

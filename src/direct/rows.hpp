@@ -64,6 +64,7 @@ struct QueueRow {
     // claim of one job may take the direct path's turn claim (turns.cpp).
     bool turns_only;
     ItemPointerData tid;  // the row's version read
+    TransactionId xmin;   // and its inserter (with tid: the version, for rates.cpp's allowance)
     int32 rate_limit;
     int64 rate_slot_us;
     int32 cap;
@@ -169,9 +170,17 @@ void insert_index_entries(Op& op, TupleTableSlot* slot, bool update, PredicateMe
 int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, TimestampTz now,
                      RateCharge* charge);
 
-// Writes charge's own row of queue's window charged with n claims: the version read updated
-// (HOT when it fits), or a new row.
-void write_rate_row(Op& op, Datum queue, RateCharge& charge, int n);
+// Whether a shared claim of up to batch jobs of queue (its row q) at now is covered by what
+// this backend's claims charged ahead (core::RateAllowance): charged in now's slot, under the
+// version of the queue's row read, by a transaction that committed.
+bool rate_allowance_covers(Datum queue, const QueueRow& q, TimestampTz now, int batch);
+
+// After a shared claim of a rate-limited queue took claimed jobs: spends the allowance that
+// covered it, or writes charge's own row of the window charged with them and with the claims
+// this backend is expected to make in the rest of the slot (core::rate_charge_ahead), usable
+// once this transaction commits. The row: the version read updated (HOT when it fits), or new.
+void settle_rate_charge(Op& op, Datum queue, const QueueRow& q, TimestampTz now, RateCharge& charge,
+                        int claimed);
 
 // A claim's test of a job's version (claim.cpp), the claim statements' WHERE: pending, of queue,
 // due at now, below its cap (*cap), not past a start_by it was never claimed by, not one of the

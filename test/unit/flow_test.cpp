@@ -278,3 +278,117 @@ TEST(RateWindow, SharedTurnsNeverPassTheLimit)
         EXPECT_GT(admitted.size(), 10000u) << "seed " << seed;
     }
 }
+
+TEST(RateAllowance, ABackendThatWasIdleChargesOnlyWhatItClaims)
+{
+    RateAllowance a;
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5000, 1, 32), 1);
+    rate_note_claims(a, 1000, 5000, 1, false, 1, 5);
+    EXPECT_EQ(a.left, 0);
+    // Two slots later: the slot before now's had no claims of it.
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 7000, 1, 32), 1);
+    // Fewer than kRatePaceClaims in this slot so far: no pace of its own yet.
+    for (int i = 1; i < kRatePaceClaims; ++i)
+        rate_note_claims(a, 1000, 7000 + i, 1, false, 1, 7);
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 7010, 1, 32), 1);
+}
+
+TEST(RateAllowance, ABackendThatJustStartedChargesAtItsPaceSoFar)
+{
+    RateAllowance a;
+    for (int i = 0; i < kRatePaceClaims; ++i)  // 8 claims in the first 100 us of slot 7
+        rate_note_claims(a, 1000, 7000 + i * 12, 1, false, 1, 7);
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 7099, 1, 32), 32);  // 8 a 100 us: 72 in the 900 left
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 7990, 1, 32), 1);   // 0.8 in the 10 us left
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 7499, 1, 32), 9);   // 8 a 500 us: 8.02 in the 501 left
+}
+
+TEST(RateAllowance, TheChargeAheadFollowsThePreviousSlotsPace)
+{
+    RateAllowance a;
+    for (int i = 0; i < 20; ++i)  // 20 claims in slot 4
+        rate_note_claims(a, 1000, 4000 + i * 10, 1, false, 1, 4);
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5000, 1, 32), 20);  // all of slot 5 is left
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5500, 1, 32), 10);  // half of it
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5999, 1, 32), 1);   // its last microsecond
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5000, 3, 2), 3);    // never less than it claimed
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 5500, 16, 32), 16);
+    EXPECT_EQ(rate_charge_ahead(a, 250, 5000, 1, 32), 1);  // another width: no pace known
+    for (int i = 0; i < 100; ++i)
+        rate_note_claims(a, 1000, 5000 + i, 1, false, 1, 5);
+    EXPECT_EQ(rate_charge_ahead(a, 1000, 6000, 1, 32), 32);  // at most a shared claim's batch
+}
+
+TEST(RateAllowance, CoversOnlyCommittedChargesInTheirOwnSlot)
+{
+    RateAllowance a;
+    rate_note_claims(a, 1000, 4000, 1, false, 1, 4);
+    rate_note_claims(a, 1000, 5000, 1, false, 10, 5);
+    EXPECT_EQ(a.left, 9);
+    EXPECT_FALSE(rate_allowance_covers(a, 1000, 5100, 1));  // not committed yet
+    a.usable = true;
+    EXPECT_TRUE(rate_allowance_covers(a, 1000, 5100, 9));
+    EXPECT_FALSE(rate_allowance_covers(a, 1000, 5100, 10));  // more than is left
+    EXPECT_FALSE(rate_allowance_covers(a, 1000, 6000, 1));   // the next slot
+    EXPECT_FALSE(rate_allowance_covers(a, 1000, 4999, 1));   // a clock that went back
+    EXPECT_FALSE(rate_allowance_covers(a, 500, 5100, 1));    // another width
+    rate_note_claims(a, 1000, 5100, 4, true);
+    EXPECT_EQ(a.left, 5);
+    EXPECT_EQ(a.used, 5);
+    rate_note_claims(a, 1000, 5200, 1, false, 1, 5);  // a charge replaces what was left
+    EXPECT_EQ(a.left, 0);
+    EXPECT_FALSE(a.usable);
+}
+
+// Backends claiming one queue one after another as src/direct does: under their allowance when
+// it covers the claim, else through the window (charging ahead while the room leaves the shared
+// turn's, exactly near the limit), each claim's transaction committed or rolled back (its charge
+// undone, its allowance given up). No window of the period may hold more claims than the limit.
+TEST(RateAllowance, ChargesAheadNeverAdmitMoreThanTheLimit)
+{
+    std::mt19937_64 random(3636);
+    const std::int32_t most = 8, backends = 4, room_shared = most * backends;
+    for (int round = 0; round < 200; ++round) {
+        std::int32_t limit = room_shared + static_cast<std::int32_t>(random() % 200);
+        std::int64_t period = 16000 + static_cast<std::int64_t>(random() % 50000);
+        std::int64_t slot_us = rate_slot_us(period);
+        RateWindow w = rate_empty(slot_us, 0);
+        std::vector<RateAllowance> a(backends);
+        std::vector<std::int64_t> admitted;
+        std::int64_t t = 0;
+        for (int i = 0; i < 3000; ++i) {
+            // Mostly a busy queue (many claims a slot), sometimes a pause of a few slots.
+            std::uint64_t step = random() % 20;
+            t += static_cast<std::int64_t>(random() % (step == 0  ? 4 * slot_us
+                                                       : step < 4 ? slot_us / 2
+                                                                  : slot_us / 32 + 1));
+            RateAllowance& mine = a[random() % backends];
+            std::int32_t batch = 1 + static_cast<std::int32_t>(random() % 2);
+            bool commit = random() % 10 != 0;
+            if (rate_allowance_covers(mine, slot_us, t, batch)) {
+                rate_note_claims(mine, slot_us, t, batch, true);
+                for (std::int32_t j = 0; commit && j < batch; ++j)
+                    admitted.push_back(t);
+                continue;
+            }
+            RateWindow before = w;
+            rate_advance(w, slot_us, t);
+            std::int32_t room = rate_room(w, limit);
+            std::int32_t n = std::min(batch, room), charged = n;
+            if (room >= room_shared)
+                charged = rate_charge_ahead(mine, slot_us, t, n, most);
+            rate_charge(w, charged);
+            rate_note_claims(mine, slot_us, t, n, false, charged, w.newest);
+            if (!commit) {  // rolled back: the charge undone, what it allowed given up
+                w = before;
+                mine = RateAllowance{};
+                continue;
+            }
+            mine.usable = mine.left > 0;
+            for (std::int32_t j = 0; j < n; ++j)
+                admitted.push_back(t);
+        }
+        EXPECT_LE(busiest_window(admitted, period), limit) << "limit " << limit;
+        EXPECT_GT(admitted.size(), 0u);
+    }
+}
