@@ -306,7 +306,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     index_endscan(scan);
     ExecDropSingleTupleTableSlot(seen);
     if (charge->slot >= 0 || charge->covered)
-        settle_rate_charge(op, queue, q, now, *charge, claimed);
+        settle_rate_charge(op, queue, q, now, *charge, claimed, call.batch);
     end(op);
     return claimed;
 }

@@ -58,14 +58,16 @@ core::RateAllowance& allowance_of(Datum queue, const QueueRow& q)
     }
     if (is_allowance_of(queue, q))
         return allowance;
+    // Nothing kept until the copy is made: an allocation that fails leaves no name freed.
+    allowance = core::RateAllowance{};
     if (allowance_queue != nullptr)
         pfree(allowance_queue);
+    allowance_queue = nullptr;
     Size size = VARSIZE_ANY(DatumGetPointer(queue));
     allowance_queue = static_cast<text*>(MemoryContextAlloc(TopMemoryContext, size));
     memcpy(allowance_queue, DatumGetPointer(queue), size);
     allowance_row = q.tid;
     allowance_xmin = q.xmin;
-    allowance = core::RateAllowance{};
     return allowance;
 }
 
@@ -81,16 +83,17 @@ bool rate_allowance_covers(Datum queue, const QueueRow& q, TimestampTz now, int 
 }
 
 void settle_rate_charge(Op& op, Datum queue, const QueueRow& q, TimestampTz now, RateCharge& charge,
-                        int claimed)
+                        int claimed, int batch)
 {
     core::RateAllowance& a = allowance_of(queue, q);
     if (charge.covered) {
         core::rate_note_claims(a, q.rate_slot_us, now, claimed, true);
         return;
     }
-    int32 charged =
-        claimed > 0 ? core::rate_charge_ahead(a, q.rate_slot_us, now, claimed, kSharedClaimBatch)
-                    : 0;
+    // Ahead only of a claim that found all it asked for: one that found fewer ran the queue dry.
+    int32 charged = claimed == batch ? core::rate_charge_ahead(a, q.rate_slot_us, now, claimed,
+                                                               kSharedClaimBatch)
+                                     : claimed;
     if (charged > 0 || charge.window.moved)
         write_rate_row(op, queue, charge, charged);
     core::rate_note_claims(a, q.rate_slot_us, now, claimed, false, charged,

@@ -175,12 +175,13 @@ int32 read_rate_rows(Op& op, Datum queue, const QueueRow& q, int slot, Timestamp
 // version of the queue's row read, by a transaction that committed.
 bool rate_allowance_covers(Datum queue, const QueueRow& q, TimestampTz now, int batch);
 
-// After a shared claim of a rate-limited queue took claimed jobs: spends the allowance that
-// covered it, or writes charge's own row of the window charged with them and with the claims
-// this backend is expected to make in the rest of the slot (core::rate_charge_ahead), usable
-// once this transaction commits. The row: the version read updated (HOT when it fits), or new.
+// After a shared claim of up to batch jobs of a rate-limited queue took claimed: spends the
+// allowance that covered it, or writes charge's own row of the window charged with them and,
+// when it took all batch, with the claims this backend is expected to make in the rest of the
+// slot (core::rate_charge_ahead), usable once this transaction commits. The row: the version
+// read updated (HOT when it fits), or new.
 void settle_rate_charge(Op& op, Datum queue, const QueueRow& q, TimestampTz now, RateCharge& charge,
-                        int claimed);
+                        int claimed, int batch);
 
 // A claim's test of a job's version (claim.cpp), the claim statements' WHERE: pending, of queue,
 // due at now, below its cap (*cap), not past a start_by it was never claimed by, not one of the

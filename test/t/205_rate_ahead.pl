@@ -158,4 +158,62 @@ is($claimer->query_safe(q{SELECT count(*) FROM jobcap.claim_job('altered', 'w', 
 cmp_ok($c, '>=', $n, "altered: the window counts every claim ($c counted, $n claimed)");
 $claimer->quit;
 
+# A limit the load reaches (700 a second), claimed every way at once by 8 clients for 8 s
+# (adapted from a reviewer's attack): batches of 1 to 3 (1 in 10 of them rolled back), of 32
+# and of 40 (the SQL path), complete_and_claim, claim_job_by_id, and transactions that claim
+# twice 50 ms apart. No second of claimed_at may hold more than the limit. (A job's claimed_at
+# is its last claim's: a claim that rolled back and was made again is counted once, so this
+# reads what committed.)
+$node->safe_psql('postgres', q{
+	SELECT jobcap.create_queue('mixed', rate_limit => 700, rate_period => '1 second');
+	SELECT jobcap.enqueue_jobs('mixed', array_fill('{}'::jsonb, ARRAY[60000]));
+});
+my $script = $node->basedir . '/mixed.pgbench';
+open my $fh, '>', $script or die $!;
+print $fh <<'END';
+\set r random(1, 100)
+\set b random(1, 3)
+\if :r <= 50
+BEGIN;
+SELECT count(*) FROM jobcap.claim_job('mixed', 'w', :b, '1 hour');
+\if :r <= 5
+ROLLBACK;
+\else
+COMMIT;
+\endif
+\elif :r <= 60
+SELECT count(*) FROM jobcap.claim_job('mixed', 'w', 32, '1 hour');
+\elif :r <= 63
+SELECT count(*) FROM jobcap.claim_job('mixed', 'w', 40, '1 hour');
+\elif :r <= 80
+SELECT coalesce(max(job_id), 0) AS jid, coalesce(max(fence), 0) AS fnc FROM jobcap.claim_job('mixed', 'w', 1, '1 hour') \gset
+\if :jid > 0
+SELECT count(*) FROM jobcap.complete_and_claim(:jid, :fnc, 'mixed', 'w', :b, '1 hour');
+\endif
+\elif :r <= 90
+SELECT coalesce(min(job_id), 0) AS pid FROM (SELECT job_id FROM jobcap.jobs WHERE queue = 'mixed' AND state = 'pending' ORDER BY job_id LIMIT 50) s \gset
+\if :pid > 0
+SELECT count(*) FROM jobcap.claim_job_by_id(:pid + 0, 'w', '1 hour');
+\endif
+\else
+BEGIN;
+SELECT count(*) FROM jobcap.claim_job('mixed', 'w', 1, '1 hour');
+SELECT pg_sleep(0.05);
+SELECT count(*) FROM jobcap.claim_job('mixed', 'w', :b, '1 hour');
+COMMIT;
+\endif
+END
+close $fh;
+$node->command_ok(
+	[ $node->installed_command('pgbench'), '-n', '-c', '8', '-j', '2', '-T', '8',
+	  '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'mixed: 8 clients claim every way for 8 s');
+my ($claimed, $busiest) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT count(*), max(n) FROM (
+		SELECT count(*) OVER (ORDER BY claimed_at
+		         RANGE BETWEEN interval '1 second' - interval '1 microsecond' PRECEDING AND CURRENT ROW) n
+		  FROM jobcap.jobs WHERE queue = 'mixed' AND claimed_at IS NOT NULL) w});
+cmp_ok($claimed, '>', 2 * 700, "mixed: more than two seconds' worth claimed ($claimed)");
+cmp_ok($busiest, '<=', 700, "mixed: no second of claimed_at over the limit (busiest $busiest)");
+
 done_testing();
