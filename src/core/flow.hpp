@@ -61,7 +61,7 @@ std::int32_t rate_room(const RateWindow* rows, int n, std::int32_t limit) noexce
 // A backend's charge ahead of its own claims of a queue far below its rate limit (the direct
 // path's shared claims, src/direct/rates.cpp): a claim that charges the window also charges it
 // for the claims this backend is expected to make in the rest of the slot (at the pace of its
-// previous slot, at most a shared claim's batch in all), and the claims that follow in the same
+// previous slot or of this one so far, at most a shared claim's batch in all), and the claims that follow in the same
 // slot are made under that charge without reading or writing the window: they were counted
 // before they were made, in the slot they are made in. Claims charged and never made stay
 // counted (the window then admits fewer, never more); a backend that claimed nothing in the

@@ -72,8 +72,9 @@ bool may_share(const QueueRow& q, int batch)
 // some of the queue's, so a per-key limit that far above the queue's running jobs is one no
 // key can reach either), and the rate window's rows leave at least kSharedClaimRoom claims of
 // room (every claim in flight under another slot has at most kSharedClaimBatch jobs to charge,
-// which this snapshot may not see). *charge: the slot's own row of the window, for a
-// rate-limited queue, to be charged with what the claim takes.
+// which this snapshot may not see), unless this backend's charge ahead covers the claim (it was
+// counted when charged: rates.cpp). *charge: the slot's own row of the window, for a
+// rate-limited queue, to be charged with what the claim takes, or covered.
 bool room_for_shared(Op& op, Datum queue, int batch, const QueueRow& q, int slot, TimestampTz now,
                      RateCharge* charge)
 {
