@@ -104,33 +104,33 @@ sub claim_charged
 	return ($took, window_sum() - $sum);
 }
 
-# The claimer claims until a claim takes a job charging nothing.
-my ($took, $charged, $covered) = (0, 0, 0);
-my $start = time;
-while (!$covered && time - $start < 20)
+# Claims one at a time (each in a transaction of its own, committed) until done($took, $charged)
+# holds of one, whose transaction ends with $end; false after 20 s without.
+sub claim_until
 {
-	$claimer->query_safe('BEGIN');
-	($took, $charged) = claim_charged();
-	$covered = $took == 1 && $charged == 0;
-	$claimer->query_safe('COMMIT');
+	my ($done, $end) = @_;
+	my $start = time;
+	while (time - $start < 20)
+	{
+		$claimer->query_safe('BEGIN');
+		my $hit = $done->(claim_charged());
+		$claimer->query_safe($hit ? $end : 'COMMIT');
+		return 1 if $hit;
+	}
+	return 0;
 }
-ok($covered, 'altered: a claim was covered by what an earlier one charged ahead');
+my $covered = sub { $_[0] == 1 && $_[1] == 0 };    # a job taken, nothing charged
+
+ok(claim_until($covered, 'COMMIT'),
+	'altered: a claim was covered by what an earlier one charged ahead');
 
 # A charge ahead rolled back, then a transaction without a claim committed: the next claim is not
 # covered by the charge undone. The claimer claims until a claim charges more than it took.
-my $ahead = 0;
-$start = time;
-while (!$ahead && time - $start < 20)
-{
-	$claimer->query_safe('BEGIN');
-	($took, $charged) = claim_charged();
-	$ahead = $took == 1 && $charged > 1;
-	$claimer->query_safe($ahead ? 'ROLLBACK' : 'COMMIT');
-}
-ok($ahead, 'altered: a claim charged ahead, and rolled back');
+ok(claim_until(sub { $_[0] == 1 && $_[1] > 1 }, 'ROLLBACK'),
+	'altered: a claim charged ahead, and rolled back');
 $claimer->query_safe('SELECT 1');
 $claimer->query_safe('BEGIN');
-($took, $charged) = claim_charged();
+my ($took, $charged) = claim_charged();
 $claimer->query_safe('COMMIT');
 ok($took == 1 && $charged >= 1, "altered: the next claim charges the window again ($charged)");
 
@@ -138,16 +138,7 @@ ok($took == 1 && $charged >= 1, "altered: the next claim charges the window agai
 # it has a charge ahead left (a claim covered), then the limit is lowered to what the window
 # counts: its next claim must get nothing (under its old charge it would get a job, unless that
 # charge happened to be used up).
-$covered = 0;
-$start = time;
-while (!$covered && time - $start < 20)
-{
-	$claimer->query_safe('BEGIN');
-	($took, $charged) = claim_charged();
-	$covered = $took == 1 && $charged == 0;
-	$claimer->query_safe('COMMIT');
-}
-ok($covered, 'altered: a claim was covered again');
+ok(claim_until($covered, 'COMMIT'), 'altered: a claim was covered again');
 cmp_ok(window_sum(), '>', 512, 'altered: the window counts more than the shared turn\'s room');
 $node->safe_psql('postgres', q{
 	SELECT jobcap.alter_queue('altered', rate_limit => (
