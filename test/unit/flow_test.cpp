@@ -42,6 +42,21 @@ std::int64_t busiest_window(const std::vector<std::int64_t>& admitted, std::int6
     return most;
 }
 
+// An exclusive claim of up to want jobs at t, once every claim in flight has committed: the
+// committed rows (n of them, the exclusive turn's last) aligned and summed, what they admit
+// taken and charged to the exclusive row, one time per job admitted.
+void claim_exclusive(RateWindow* committed, int n, std::int64_t slot_us, std::int64_t t,
+                     std::int32_t limit, std::int32_t want, std::vector<std::int64_t>& admitted)
+{
+    std::vector<RateWindow> rows(committed, committed + n);
+    rate_align(rows.data(), n, slot_us, t);
+    std::int32_t took = std::min(want, rate_room(rows.data(), n, limit));
+    rate_charge(rows[n - 1], took);
+    committed[n - 1] = rows[n - 1];
+    for (std::int32_t i = 0; i < took; ++i)
+        admitted.push_back(t);
+}
+
 }  // namespace
 
 TEST(RateWindow, SlotsCoverThePeriod)
@@ -262,15 +277,8 @@ TEST(RateWindow, SharedTurnsNeverPassTheLimit)
                             admitted.push_back(flight[s].now);
                         flight[s].busy = false;
                     }
-                RateWindow rows[kSlots + 1];
-                std::copy(committed, committed + kSlots + 1, rows);
-                rate_align(rows, kSlots + 1, slot_us, t);
-                std::int32_t took = std::min<std::int32_t>(
-                    static_cast<std::int32_t>(random() % 200), rate_room(rows, kSlots + 1, limit));
-                rate_charge(rows[kSlots], took);
-                committed[kSlots] = rows[kSlots];
-                for (std::int32_t i = 0; i < took; ++i)
-                    admitted.push_back(t);
+                claim_exclusive(committed, kSlots + 1, slot_us, t, limit,
+                                static_cast<std::int32_t>(random() % 200), admitted);
             }
         }
         std::sort(admitted.begin(), admitted.end());
@@ -450,15 +458,8 @@ TEST(RateAllowance, ChargesAheadUnderConcurrentSharedTurns)
             if (what == 2) {  // an exclusive claim: every transaction in flight ends first
                 for (Backend& y : b)
                     end(y, random() % 6 != 0);
-                RateWindow rows[kSlots + 1];
-                std::copy(committed, committed + kSlots + 1, rows);
-                rate_align(rows, kSlots + 1, slot_us, t);
-                std::int32_t took = std::min<std::int32_t>(
-                    static_cast<std::int32_t>(random() % 300), rate_room(rows, kSlots + 1, limit));
-                rate_charge(rows[kSlots], took);
-                committed[kSlots] = rows[kSlots];
-                for (std::int32_t j = 0; j < took; ++j)
-                    admitted.push_back(t);
+                claim_exclusive(committed, kSlots + 1, slot_us, t, limit,
+                                static_cast<std::int32_t>(random() % 300), admitted);
                 continue;
             }
             // A shared claim: a free slot this transaction does not hold.
