@@ -167,14 +167,19 @@ $node->safe_psql('postgres', q{
 });
 my $prober = $node->background_psql('postgres');
 my $prober_pid = $prober->query_safe('SELECT pg_backend_pid()');
-# A claim of one job in a transaction rolled back: its turn locks and how many rows of jobcap.jobs
-# it read through jobs_running.
+# A claim of one job in a transaction rolled back: its turn locks and whether it read rows of
+# jobcap.jobs through jobs_running. The count is taken before and after the claim: the backend
+# sends its counts to the shared statistics at most once a second, and what it has not sent
+# (earlier transactions' counts among them) is what the "xact" function reads.
 sub probe_bound
 {
-	$prober->query_safe(q{BEGIN; SELECT count(*) FROM jobcap.claim_job('bound', 'p', 1)});
+	$prober->query_safe(q{BEGIN;
+		CREATE TEMP TABLE fetched ON COMMIT DROP AS
+		SELECT pg_stat_get_xact_tuples_fetched('jobcap.jobs_running'::regclass) AS before;
+		SELECT count(*) FROM jobcap.claim_job('bound', 'p', 1)});
 	my $locks = turn_locks($prober_pid);
 	my $rows = $prober->query_safe(
-		q{SELECT pg_stat_get_xact_tuples_fetched('jobcap.jobs_running'::regclass) > 0});
+		q{SELECT pg_stat_get_xact_tuples_fetched('jobcap.jobs_running'::regclass) > before FROM fetched});
 	$prober->query_safe('ROLLBACK');
 	return "$locks " . ($rows eq 't' ? 'rows read' : 'no row read');
 }
@@ -182,12 +187,17 @@ $node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('bound', 'f
 is(probe_bound(), 'ShareLock/5,ExclusiveLock/6 no row read', '40 running: shared, by the entries alone');
 $node->safe_psql('postgres', q{SELECT count(*) FROM jobcap.claim_job('bound', 'f', 1)});
 is(probe_bound(), 'ExclusiveLock/5 rows read', '41 running: exclusive');
+# A snapshot taken before the 11 complete keeps their running versions visible to it, so neither
+# (auto)vacuum nor another scan can remove or mark dead their entries before the probe counts them.
+my $old_snapshot = $node->background_psql('postgres');
+$old_snapshot->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1');
 $node->safe_psql('postgres', q{
 	SELECT count(jobcap.complete_job(job_id, fence))
 	  FROM (SELECT job_id, fence FROM jobcap.jobs WHERE queue = 'bound' AND state = 'running'
 	         ORDER BY job_id LIMIT 11) s});
 is(probe_bound(), 'ShareLock/5,ExclusiveLock/6 rows read',
 	'30 running beside 11 completed jobs\' entries: the rows read, shared');
+$old_snapshot->quit;
 $prober->quit;
 
 # The edge. The low edges' bounds (40 running) lie within the entries of jobs_running a claim
