@@ -123,8 +123,7 @@ int take_shared_turn(Op& op, Datum queue, int batch, TimestampTz* now, QueueRow*
     if (read_queue(op, queue, q) && room_for_shared(op, queue, batch, *q, slot, *now, charge))
         return slot;
     *now = before;
-    charge->slot = -1;
-    charge->covered = false;
+    charge->clear();
     give_back_shared_claim_turn(queue, slot);
     return -1;
 }
@@ -228,8 +227,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
 {
     Datum queue = call.queue.datum;
     TimestampTz now = call.now;
-    charge->slot = -1;
-    charge->covered = false;
+    charge->clear();
     Op op;
     begin(op);
     // A queue claimed under a shared turn before: the turn, then a snapshot to read its row in.
@@ -246,8 +244,7 @@ int claim(const Access& access, const ClaimCall& call, Claimed* out, RateCharge*
     QueueRow q;
     bool open = read_queue(op, queue, &q) && !q.paused && may_work(access, queue, op.snapshot);
     if (turn >= 0 && !(open && room_for_shared(op, queue, call.batch, q, turn, now, charge))) {
-        charge->slot = -1;
-        charge->covered = false;
+        charge->clear();
         give_back_shared_claim_turn(queue, turn);
         turn = -1;
         now = call.now;  // an open queue's claim: the call's time, as the SQL path's

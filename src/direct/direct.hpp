@@ -95,6 +95,12 @@ struct RateCharge {
     RateRows window;
     bool found;  // the own row exists, its version read at tid
     ItemPointerData tid;
+
+    void clear()  // nothing charged, nothing covered
+    {
+        slot = -1;
+        covered = false;
+    }
 };
 
 // Claims up to call.batch pending, due jobs of call.queue below their cap, in claim order

@@ -24,6 +24,9 @@ ItemPointerData allowance_row;    // the queue's row's version charged under
 TransactionId allowance_xmin = InvalidTransactionId;
 bool allowance_pending = false;  // charged by the transaction in progress
 
+// No subtransaction callback is needed: every claim refuses to run inside a savepoint or an
+// exception block (refuse_claim_in_subtransaction, functions/claim.cpp), so a charge is written
+// by the top transaction and undone only with it.
 void at_transaction_end(XactEvent event, void*)
 {
     if (!allowance_pending)
